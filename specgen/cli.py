@@ -1,0 +1,40 @@
+"""`specgen` command line: each area registers its own subcommands.
+
+Every module listed in `COMMAND_MODULES` exposes `register(subparsers)`, adding parsers whose
+`func(args) -> int` runs the command. Modules import heavy packages (torch, vLLM) inside their
+command functions so that `specgen --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specgen.errors import UsageError
+
+COMMAND_MODULES = [
+    "specgen.eval.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specgen", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"specgen {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

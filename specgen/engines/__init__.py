@@ -1,0 +1,1 @@
+"""LLM engines the reasoner and forker talk to: vLLM in-process, OpenAI-compatible HTTP, replay."""

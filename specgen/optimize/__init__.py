@@ -1,0 +1,1 @@
+"""Speculative generation: triggers, forks, early termination and the optimize loop."""
