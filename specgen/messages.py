@@ -258,3 +258,29 @@ class OptimizeResult(msgspec.Struct, kw_only=True):
     candidates: list[CandidateRecord] = []
     metrics: JobMetrics = msgspec.field(default_factory=JobMetrics)
     error: str | None = None
+
+
+# --------------------------------------------------------------------------- KV pool
+# Plain structs (not frames of their own): a node or an engine embeds them in what it reports.
+
+class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Size and effectiveness of one remote KV pool (specgen.kv.pool), for the scheduler."""
+
+    pool_id: str = ""                       # which pool (e.g. the engine's id)
+    capacity_bytes: int = 0                 # pool memory held now, all devices
+    used_bytes: int = 0                     # memory holding blocks (slots in use * slot size)
+    slot_bytes: int = 0                     # one block's slot
+    capacity_blocks: int = 0                # slots the pool can hold now
+    used_blocks: int = 0                    # blocks held (complete or being stored)
+    pinned_blocks: int = 0                  # blocks with a copy in flight (cannot be evicted)
+    segments: int = 0                       # memory segments held
+    bytes_by_device: dict[int, int] = {}    # pool memory per CUDA device; -1 is host memory
+    hits: int = 0                           # looked-up blocks found complete
+    misses: int = 0                         # looked-up blocks not found
+    hit_rate: float = 0.0                   # hits / (hits + misses); 0 before any lookup
+    stores: int = 0                         # blocks stored
+    loads: int = 0                          # blocks loaded back
+    evictions: int = 0                      # blocks dropped (LRU, to make room or to shrink)
+    moves: int = 0                          # blocks relocated out of a shrinking segment
+    shrinks: int = 0                        # segments given back
+    grows: int = 0                          # segments added

@@ -1,0 +1,86 @@
+// Everything that touches the CUDA runtime. cuda_ops.cu implements it when CMake finds nvcc;
+// cuda_ops_stub.cpp implements the same functions for a CPU-only build (they report no devices and
+// refuse device work with a clear error). The rest of the extension is plain C++ on top of this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kv_common.h"
+
+namespace specgen_kv::cuda_ops {
+
+// Built with CUDA at all (a CUDA build still runs on a machine without a GPU, on host memory).
+bool compiled();
+// CUDA runtime version the extension was built against (e.g. 13000), 0 without CUDA.
+int runtime_version();
+// Devices usable now; 0 when no driver or no GPU is present (never an error).
+int device_count();
+// Device a pointer belongs to, or -1 for host memory or memory CUDA does not know.
+int pointer_device(uint64_t ptr);
+int multiprocessor_count(int device);
+std::pair<int64_t, int64_t> mem_get_info(int device);  // (free, total) bytes
+
+uint64_t device_alloc(int device, int64_t bytes);
+void device_free(int device, uint64_t ptr);
+void device_memset(int device, uint64_t ptr, int value, int64_t bytes);
+
+// Lets `device` read and write `peer`'s memory directly; false when the hardware cannot.
+bool enable_peer_access(int device, int peer);
+bool can_access_peer(int device, int peer);
+
+// CUDA IPC: a 64-byte handle another process opens to map the same device memory.
+std::string ipc_export(int device, uint64_t ptr);
+uint64_t ipc_open(int device, const std::string& handle);
+void ipc_close(int device, uint64_t ptr);
+
+// Events. Handles are opaque integers; each belongs to the device it was created on.
+uint64_t event_acquire(int device);
+void event_release(uint64_t event);
+void event_record(uint64_t event, uint64_t stream);
+bool event_query(uint64_t event);
+void event_synchronize(uint64_t event);
+// `stream` waits for the work queued so far on `after` (both on `device`).
+void stream_wait_stream(int device, uint64_t stream, uint64_t after);
+void stream_synchronize(int device, uint64_t stream);
+
+// Knobs of the SM copy kernel (defaults are tuned on H200; the benchmark sweeps them).
+struct KernelConfig {
+  int warps_per_cta = 4;
+  int ctas_per_sm = 8;
+};
+
+// Device-side description of a block layout, built once per layout (regions uploaded when there are
+// too many to pass as kernel parameters).
+struct DeviceLayout {
+  int device = -1;
+  std::vector<Region> regions;
+  std::vector<int32_t> tile_start;   // first 4 KiB tile of each region inside one block
+  int32_t tiles_per_block = 0;
+  int alignment = 1;                 // 16 when every address and size allows 16-byte accesses
+  uint64_t regions_on_device = 0;    // device copy of the regions when they do not fit in parameters
+};
+
+DeviceLayout make_device_layout(int device, const std::vector<Region>& regions);
+void free_device_layout(DeviceLayout& layout);
+
+// Copy n blocks between the engine cache (described by layout) and pool slots (segment bases, slots
+// per segment, slot size) with the SM kernel, queued on `stream`.
+void launch_kernel_copy(const DeviceLayout& layout, const std::vector<uint64_t>& segments,
+                        int64_t slots_per_segment, int64_t slot_bytes, bool to_pool,
+                        const int32_t* blocks, const int32_t* slots, int64_t n, uint64_t stream,
+                        const KernelConfig& config);
+
+// Copy engines: one batched call (cudaMemcpyBatchAsync where the runtime has it), or one
+// cudaMemcpyPeerAsync/cudaMemcpyAsync per piece.
+void batch_copy(int device, const std::vector<uint64_t>& dsts, const std::vector<uint64_t>& srcs,
+                const std::vector<uint64_t>& sizes, uint64_t stream);
+void memcpy_each(int device, const std::vector<uint64_t>& dsts, const std::vector<int>& dst_devices,
+                 const std::vector<uint64_t>& srcs, const std::vector<int>& src_devices,
+                 const std::vector<uint64_t>& sizes, uint64_t stream);
+// One contiguous copy (the bulk peer copy the benchmark compares with).
+void memcpy_peer(uint64_t dst, int dst_device, uint64_t src, int src_device, int64_t bytes, uint64_t stream);
+
+}  // namespace specgen_kv::cuda_ops

@@ -1,0 +1,89 @@
+// Batched copies of KV blocks between an engine's paged cache and pool slots.
+//
+// A Transfer is bound to one engine cache layout (its regions) and a pool made of equal segments of
+// `slots_per_segment` slots of `slot_bytes` each. On a GPU it copies with an SM kernel that reads or
+// writes peer memory directly (small pieces) or with the copy engines (large pieces); on host memory
+// (device -1) it copies with memcpy. Every copy is queued on the caller's stream, optionally after the
+// work already queued on another stream (the engine's compute stream), and returns a CopyEvent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cuda_ops.h"
+#include "kv_common.h"
+
+namespace specgen_kv {
+
+// Completion of one submitted copy. Host copies are complete when the call returns.
+class CopyEvent {
+ public:
+  CopyEvent() = default;
+  explicit CopyEvent(uint64_t cuda_event) : event_(cuda_event) {}
+  ~CopyEvent();
+  CopyEvent(const CopyEvent&) = delete;
+  CopyEvent& operator=(const CopyEvent&) = delete;
+
+  bool done() const;
+  void wait() const;
+
+ private:
+  uint64_t event_ = 0;
+};
+
+class Transfer {
+ public:
+  Transfer(int device, std::vector<Region> regions, int64_t num_blocks, int64_t slot_bytes, int64_t slots_per_segment,
+           int64_t max_segments);
+  ~Transfer();
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+
+  // Segment `index` now lives at `base` (0 removes it). The caller guarantees no copy in flight uses it.
+  void set_segment(int64_t index, uint64_t base);
+
+  // Copy n blocks: engine block blocks[i] <-> pool slot slots[i] (to_pool: engine -> pool).
+  std::shared_ptr<CopyEvent> copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
+                                  uint64_t stream, std::optional<uint64_t> after, Method method);
+  // Copy whole pool slots from[i] -> to[i] (used to move blocks out of a shrinking segment).
+  std::shared_ptr<CopyEvent> move_slots(const int64_t* from, const int64_t* to, int64_t n, uint64_t stream);
+
+  // The method Auto resolves to for this layout.
+  Method resolve(Method method) const;
+
+  int device() const { return device_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t slot_bytes() const { return slot_bytes_; }
+  int64_t slots_per_segment() const { return slots_per_segment_; }
+  int64_t max_segments() const { return max_segments_; }
+  int64_t block_bytes() const { return block_bytes_; }
+  const std::vector<Region>& regions() const { return regions_; }
+  std::vector<uint64_t> segments() const { return segments_; }
+
+  cuda_ops::KernelConfig kernel_config;
+  // Under Auto, layouts whose pieces average at least this many bytes use the copy engines.
+  int64_t batch_min_bytes = int64_t{1} << 20;
+
+ private:
+  void check_pairs(const int64_t* blocks, const int64_t* slots, int64_t n) const;
+  uint64_t slot_address(int64_t slot) const;
+  void host_copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n) const;
+  void piece_lists(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n, std::vector<uint64_t>& dsts,
+                   std::vector<int>& dst_devices, std::vector<uint64_t>& srcs, std::vector<int>& src_devices,
+                   std::vector<uint64_t>& sizes) const;
+
+  int device_;
+  std::vector<Region> regions_;
+  int64_t num_blocks_;
+  int64_t slot_bytes_;
+  int64_t slots_per_segment_;
+  int64_t max_segments_;
+  int64_t block_bytes_ = 0;
+  std::vector<uint64_t> segments_;
+  std::vector<int> segment_devices_;
+  cuda_ops::DeviceLayout device_layout_;
+};
+
+}  // namespace specgen_kv

@@ -1,0 +1,346 @@
+"""The remote KV pool: prefix blocks kept in spare memory of validation/profiling GPUs.
+
+`RemoteKvPool` lives in the process that copies (the engine's worker). It holds
+- a block table (block hash -> slot, reference counts, LRU eviction, pins while a copy is in flight),
+- memory segments: allocated here on pool devices (`grow`), or lent by another process (`attach`),
+- a `KvTransfer` bound to the engine's cache layout.
+
+Size is elastic. `grow` takes spare memory on the pool devices in whole segments while the device
+keeps `headroom_bytes` free (and the pool stays under `max_bytes`). `shrink` gives segments back when a
+profiler needs memory for a candidate: the segments holding the fewest blocks go first; their blocks
+that are more recently used than the pool's least recently used ones move into free or evicted slots
+elsewhere, the rest are evicted, blocks with a copy in flight are waited for, and only then is the
+memory freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from specgen.kv.block_table import BlockTable, block_keys
+from specgen.kv.errors import KvPoolError, KvPoolTimeout
+from specgen.kv.extension import kv_extension
+from specgen.kv.layout import KvLayout
+from specgen.kv.segments import HOST, SegmentMemory, allocate_segment
+from specgen.kv.transfer import KvTransfer
+from specgen.messages import KvPoolStats
+
+DEFAULT_SEGMENT_BYTES = 256 << 20
+DEFAULT_HEADROOM_BYTES = 8 << 30
+# The SM copy kernel takes the segment table by value; this many segments fit.
+MAX_SEGMENTS = 128
+
+
+@dataclass
+class _Segment:
+    index: int
+    memory: SegmentMemory
+    owned: bool                 # allocated here (freed on release) or lent by another process (closed)
+
+
+@dataclass
+class PoolCopy:
+    """A store or load submitted through the pool. Its blocks stay pinned until it completes."""
+
+    kind: str                   # "store" | "load"
+    keys: np.ndarray            # blocks copied (pinned until completion)
+    event: Any                  # the extension's CopyEvent
+    skipped: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))  # not stored: no room
+    _pool: "RemoteKvPool | None" = None
+    _finished: bool = False
+
+    def done(self) -> bool:
+        """True once the copy finished (and its blocks are committed or released)."""
+        if not self._finished and self.event.done():
+            self._finish()
+        return self._finished
+
+    def wait(self) -> None:
+        """Block until the copy finished."""
+        if not self._finished:
+            self.event.wait()
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self._pool is not None:
+            self._pool._complete(self)
+
+
+class RemoteKvPool:
+    """Block table + elastic pool memory + copies, for one engine cache layout."""
+
+    def __init__(
+        self,
+        layout: KvLayout,
+        *,
+        devices: Sequence[int] = (HOST,),
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        max_bytes: int | None = None,
+        headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
+        max_segments: int = MAX_SEGMENTS,
+        pool_id: str = "",
+        copy_stream: int = 0,
+    ) -> None:
+        if not 0 < max_segments <= MAX_SEGMENTS:
+            raise KvPoolError(f"max_segments must be in 1..{MAX_SEGMENTS}, got {max_segments}")
+        if segment_bytes < layout.slot_bytes:
+            raise KvPoolError(f"segment_bytes={segment_bytes} is smaller than one block's slot ({layout.slot_bytes} "
+                              "bytes): raise segment_bytes")
+        if HOST in devices and max_bytes is None:
+            raise KvPoolError("a pool in host memory needs max_bytes (there is no free-memory figure to size it by)")
+        self.layout = layout
+        self.pool_id = pool_id
+        self.devices = tuple(int(d) for d in devices)
+        self.slots_per_segment = int(segment_bytes // layout.slot_bytes)
+        self.segment_bytes = self.slots_per_segment * layout.slot_bytes
+        self.max_bytes = max_bytes
+        self.headroom_bytes = int(headroom_bytes)
+        self.max_segments = int(max_segments)
+        self.copy_stream = int(copy_stream)
+        self.table = BlockTable(self.max_segments * self.slots_per_segment)
+        self.transfer = KvTransfer(layout, slots_per_segment=self.slots_per_segment, max_segments=self.max_segments)
+        self._segments: dict[int, _Segment] = {}
+        self._inflight: list[PoolCopy] = []
+        self._grows = 0
+        self._shrinks = 0
+
+    # ------------------------------------------------------------------ memory
+
+    @property
+    def capacity_bytes(self) -> int:
+        return sum(s.memory.nbytes for s in self._segments.values())
+
+    def _slot_range(self, index: int) -> tuple[int, int]:
+        return index * self.slots_per_segment, (index + 1) * self.slots_per_segment
+
+    def _free_index(self) -> int | None:
+        for index in range(self.max_segments):
+            if index not in self._segments:
+                return index
+        return None
+
+    def _add(self, memory: SegmentMemory, owned: bool) -> int:
+        if memory.nbytes < self.segment_bytes:
+            raise KvPoolError(f"segment {memory.segment_id} has {memory.nbytes} bytes; this pool's segments need "
+                              f"{self.segment_bytes}")
+        index = self._free_index()
+        if index is None:
+            raise KvPoolError(f"the pool already holds max_segments={self.max_segments} segments")
+        self.transfer.set_segment(index, memory.address)
+        self._segments[index] = _Segment(index, memory, owned)
+        self.table.enable_slots(*self._slot_range(index))
+        self._grows += 1
+        return index
+
+    def _device_room(self, device: int) -> int:
+        """Bytes this pool may still take on `device` (headroom and max_bytes respected)."""
+        room = (self.max_bytes - self.capacity_bytes) if self.max_bytes is not None else 1 << 62
+        if device != HOST:
+            free, _ = kv_extension().mem_get_info(device)
+            room = min(room, free - self.headroom_bytes)
+        return room
+
+    def grow(self, nbytes: int | None = None, *, device: int | None = None) -> int:
+        """Take up to `nbytes` more (all that is allowed when None) in whole segments; bytes added."""
+        targets = [device] if device is not None else list(self.devices)
+        for target in targets:
+            if target not in self.devices:
+                raise KvPoolError(f"device {target} is not one of this pool's devices {self.devices}")
+        added = 0
+        progress = True
+        while progress and (nbytes is None or added + self.segment_bytes <= nbytes):
+            progress = False
+            # Spread segments over the devices with the most room first.
+            for target in sorted(targets, key=self._device_room, reverse=True):
+                if nbytes is not None and added + self.segment_bytes > nbytes:
+                    break
+                if self._free_index() is None or self._device_room(target) < self.segment_bytes:
+                    continue
+                try:
+                    memory = allocate_segment(target, self.segment_bytes)
+                except kv_extension().KvTransferError:
+                    continue  # someone else took the memory between the check and the allocation
+                self._add(memory, owned=True)
+                added += self.segment_bytes
+                progress = True
+        return added
+
+    def attach(self, memory: SegmentMemory) -> int:
+        """Add a segment lent by another process (see segments.open_segment); its index."""
+        return self._add(memory, owned=False)
+
+    def shrink(self, nbytes: int, *, device: int | None = None, timeout_s: float = 30.0,
+               relocate: bool = True) -> int:
+        """Give back at least `nbytes` (whole segments, on `device` if given); bytes freed.
+
+        Waits for copies in flight on the chosen segments, at most `timeout_s` seconds per segment.
+        """
+        freed = 0
+        while freed < nbytes:
+            candidates = [s for s in self._segments.values() if device is None or s.memory.device == device]
+            if not candidates:
+                break
+            # Fewest blocks first: least data to move or lose.
+            victim = min(candidates, key=lambda s: self.table.used_in_range(*self._slot_range(s.index)))
+            freed += self.release_segment(victim.index, timeout_s=timeout_s, relocate=relocate)
+        return freed
+
+    def release_segment(self, index: int, *, timeout_s: float = 30.0, relocate: bool = True) -> int:
+        """Retire segment `index` (moving or evicting its blocks) and free or close its memory; bytes freed."""
+        segment = self._segments.get(index)
+        if segment is None:
+            raise KvPoolError(f"the pool has no segment {index}")
+        lo, hi = self._slot_range(index)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            step = self.table.retire_slots(lo, hi, relocate=relocate)
+            if len(step.moved_keys):
+                event = self.transfer.move_slots(step.src_slots, step.dst_slots, stream=self.copy_stream)
+                try:
+                    event.wait()
+                except Exception:
+                    for key in step.moved_keys:
+                        self.table.finish_move(int(key), ok=False)
+                    raise
+                for key in step.moved_keys:
+                    self.table.finish_move(int(key), ok=True)
+            if step.busy == 0 and self.table.used_in_range(lo, hi) == 0:
+                break
+            # Blocks in the segment are pinned by copies in flight: let them finish.
+            if time.monotonic() > deadline:
+                raise KvPoolTimeout(f"segment {index} still has {step.busy} blocks with copies in flight after "
+                                    f"{timeout_s} s (shrink/release_segment timeout_s)")
+            self.poll()
+            time.sleep(0.0005)
+        self.transfer.set_segment(index, 0)
+        del self._segments[index]
+        segment.memory.release()
+        self._shrinks += 1
+        return segment.memory.nbytes
+
+    def segment_ids(self) -> dict[int, str]:
+        """Segment index -> segment id, for the segments held now."""
+        return {index: s.memory.segment_id for index, s in self._segments.items()}
+
+    # ------------------------------------------------------------------ blocks
+
+    def lookup(self, hashes: Iterable[bytes | int] | np.ndarray) -> int:
+        """How many leading blocks of `hashes` (a prefix, in order) the pool holds complete."""
+        return self.table.lookup_prefix(_keys(hashes))
+
+    def store(self, hashes: Iterable[bytes | int] | np.ndarray, engine_blocks: Sequence[int] | np.ndarray, *,
+              stream: int = 0, after: int | None = None, method: str = "auto") -> PoolCopy:
+        """Copy engine blocks into the pool under their hashes (blocks already held are skipped)."""
+        keys = _keys(hashes)
+        blocks = np.ascontiguousarray(engine_blocks, dtype=np.int64)
+        if len(keys) != len(blocks):
+            raise KvPoolError(f"store: {len(keys)} hashes but {len(blocks)} engine blocks")
+        reservation = self.table.reserve(keys)
+        positions = reservation.to_store()
+        skipped = keys[reservation.slots == BlockTable.NO_ROOM]
+        stored = keys[positions]
+        try:
+            event = self.transfer.store(blocks[positions], reservation.slots[positions], stream=stream, after=after,
+                                        method=method)
+        except Exception:
+            self.table.complete_store(stored, success=False)
+            raise
+        copy = PoolCopy("store", stored, event, skipped=skipped, _pool=self)
+        self._inflight.append(copy)
+        return copy
+
+    def load(self, hashes: Iterable[bytes | int] | np.ndarray, engine_blocks: Sequence[int] | np.ndarray, *,
+             stream: int = 0, after: int | None = None, method: str = "auto") -> PoolCopy:
+        """Copy pool blocks into engine blocks; every hash must be held complete (see lookup)."""
+        keys = _keys(hashes)
+        blocks = np.ascontiguousarray(engine_blocks, dtype=np.int64)
+        if len(keys) != len(blocks):
+            raise KvPoolError(f"load: {len(keys)} hashes but {len(blocks)} engine blocks")
+        try:
+            slots = self.table.acquire(keys)
+        except kv_extension().KvTransferError as exc:
+            raise KvPoolError(f"load: {exc}") from None
+        try:
+            event = self.transfer.load(blocks, slots, stream=stream, after=after, method=method)
+        except Exception:
+            self.table.release(keys)
+            raise
+        copy = PoolCopy("load", keys, event, _pool=self)
+        self._inflight.append(copy)
+        return copy
+
+    def poll(self) -> int:
+        """Finish the copies that completed; how many are still in flight."""
+        for copy in list(self._inflight):
+            copy.done()
+        return len(self._inflight)
+
+    def wait_all(self) -> None:
+        for copy in list(self._inflight):
+            copy.wait()
+
+    def _complete(self, copy: PoolCopy) -> None:
+        if copy.kind == "store":
+            self.table.complete_store(copy.keys, success=True)
+        else:
+            self.table.release(copy.keys)
+        self._inflight.remove(copy)
+
+    def clear(self) -> int:
+        """Drop every block not pinned by a copy in flight; how many were dropped."""
+        return len(self.table.clear())
+
+    # ------------------------------------------------------------------ reporting and teardown
+
+    def stats(self) -> KvPoolStats:
+        t = self.table.stats()
+        by_device: dict[int, int] = {}
+        for s in self._segments.values():
+            by_device[s.memory.device] = by_device.get(s.memory.device, 0) + s.memory.nbytes
+        looked_up = t.hits + t.misses
+        return KvPoolStats(
+            pool_id=self.pool_id,
+            capacity_bytes=self.capacity_bytes,
+            used_bytes=t.entries * self.layout.slot_bytes,
+            slot_bytes=self.layout.slot_bytes,
+            capacity_blocks=t.capacity,
+            used_blocks=t.entries,
+            pinned_blocks=t.pinned,
+            segments=len(self._segments),
+            bytes_by_device=by_device,
+            hits=t.hits,
+            misses=t.misses,
+            hit_rate=(t.hits / looked_up) if looked_up else 0.0,
+            stores=t.stores,
+            loads=t.loads,
+            evictions=t.evictions,
+            moves=t.moves,
+            shrinks=self._shrinks,
+            grows=self._grows,
+        )
+
+    def close(self) -> None:
+        """Wait for copies in flight, then free or close every segment."""
+        self.wait_all()
+        for index in list(self._segments):
+            segment = self._segments.pop(index)
+            self.transfer.set_segment(index, 0)
+            segment.memory.release()
+
+    def __enter__(self) -> "RemoteKvPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _keys(hashes: Iterable[bytes | int] | np.ndarray) -> np.ndarray:
+    if isinstance(hashes, np.ndarray) and hashes.dtype == np.uint64:
+        return hashes
+    return block_keys(hashes)
