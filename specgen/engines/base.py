@@ -20,6 +20,7 @@ class GenerationParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None
+    ignore_eos: bool = False                  # keep going past end-of-text (benchmarks want exact lengths)
 
 
 @dataclass
@@ -31,12 +32,19 @@ class TokenDelta:
     t: float                                  # time.monotonic() when these tokens arrived
     finished: bool = False
     finish_reason: str | None = None          # "stop" | "length" | "abort" | "error"
-    num_cached_tokens: int | None = None      # prompt tokens served from the prefix cache (first delta)
-    num_prompt_tokens: int | None = None      # prompt length as the engine saw it (first delta)
+    # Prompt tokens served from the prefix cache, and the prompt length as the engine saw it. Set on
+    # the first delta by engines that know them up front (vLLM in-process, replay); HTTP servers report
+    # usage only at the end of a stream, so there they are set on the final delta. None: not reported.
+    num_cached_tokens: int | None = None
+    num_prompt_tokens: int | None = None
 
 
 class EngineError(RuntimeError):
-    """The engine failed in a way a job should record (unreachable server, cut stream, ...)."""
+    """The engine failed in a way a job should record (unreachable server, cut stream, ...).
+
+    Raised from `start()` and from inside a running stream (never a silent end or a hang); the message
+    names what to fix (the URL, the model name, the file and field, the setting behind a timeout).
+    """
 
 
 class Engine(abc.ABC):

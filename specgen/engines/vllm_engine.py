@@ -1,0 +1,256 @@
+"""vLLM in-process backend: `AsyncLLM` with prefix caching, prompts always given as token ids.
+
+The engine core runs in a child process even here (vLLM's design); this object lives in the
+caller's event loop and streams `RequestOutput` deltas. A fork's prompt is the reasoning stream's
+exact token ids plus a suffix, so it hits the prefix cache blocks the reasoning stream filled
+(including blocks produced by decoding), and each fork's first delta reports `num_cached_tokens`.
+
+vLLM is imported only inside `start()`: importing it costs seconds and needs the `vllm` extra.
+A script that starts this engine must guard its entry point with `if __name__ == "__main__":`
+because the engine core is started with multiprocessing's spawn method.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator
+
+from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
+from specgen.engines.request_tracking import ActiveRequest, ActiveRequests, check_params, check_prompt_ids
+from specgen.engines.tokenizer_loading import HFTokenizer
+
+
+class VLLMEngine(Engine):
+    """vLLM's `AsyncLLM` in this process.
+
+    Args:
+        model: a model directory (or a name resolvable offline by vLLM).
+        tokenizer: tokenizer directory if it differs from `model`.
+        max_model_len: longest prompt + generation; defaults to the model's own limit.
+        kv_cache_gib: KV cache size in GiB (vLLM's `kv_cache_memory_bytes`); on the CPU engine the
+            `VLLM_CPU_KVCACHE_SPACE` environment variable, if set, takes precedence.
+        dtype: weights/activations dtype ("auto", "float32", "bfloat16", ...).
+        enable_prefix_caching: keep True for forks to reuse the reasoning prefix.
+        startup_timeout_s: how long `start()` waits for the engine to come up.
+        engine_args: any further `AsyncEngineArgs` fields, passed through unchanged.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        tokenizer: str | None = None,
+        max_model_len: int | None = None,
+        kv_cache_gib: float | None = None,
+        dtype: str = "auto",
+        enable_prefix_caching: bool = True,
+        seed: int = 0,
+        startup_timeout_s: float = 600.0,
+        engine_args: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self._tokenizer = HFTokenizer(tokenizer or model, engine_name=self.name)
+        self._max_model_len = max_model_len
+        self._kv_cache_gib = kv_cache_gib
+        self._dtype = dtype
+        self._enable_prefix_caching = enable_prefix_caching
+        self._seed = seed
+        self._startup_timeout_s = startup_timeout_s
+        self._extra_engine_args = dict(engine_args or {})
+        self._llm: Any = None               # vllm.v1.engine.async_llm.AsyncLLM once started
+        self._start_lock: asyncio.Lock | None = None
+        self._requests = ActiveRequests(self.name)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def async_llm(self) -> Any:
+        """The underlying `AsyncLLM` (for benchmarks and tests that compare against raw vLLM)."""
+        if self._llm is None:
+            raise EngineError("vllm: engine not started; call `await engine.start()` first")
+        return self._llm
+
+    async def start(self) -> None:
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._llm is not None:
+                return
+            try:
+                self._llm = await asyncio.wait_for(
+                    asyncio.to_thread(self._build_engine), timeout=self._startup_timeout_s
+                )
+            except asyncio.TimeoutError:
+                raise EngineError(
+                    f"vllm: engine for {self.model!r} did not come up within {self._startup_timeout_s:.0f} s "
+                    "(VLLMEngine(startup_timeout_s=...))"
+                ) from None
+
+    def _build_engine(self) -> Any:
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise EngineError(
+                f"vllm: cannot import vLLM ({exc}); install it (`make install-vllm` on CPU machines)"
+            ) from exc
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            tokenizer=self._tokenizer.path,
+            dtype=self._dtype,
+            enable_prefix_caching=self._enable_prefix_caching,
+            seed=self._seed,
+            disable_log_stats=True,
+        )
+        if self._max_model_len is not None:
+            kwargs["max_model_len"] = self._max_model_len
+        if self._kv_cache_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(self._kv_cache_gib * (1 << 30))
+        kwargs.update(self._extra_engine_args)
+        try:
+            args = AsyncEngineArgs(**kwargs)
+        except TypeError as exc:
+            raise EngineError(f"vllm: bad engine argument ({exc}); check VLLMEngine(engine_args=...)") from exc
+        try:
+            return AsyncLLM.from_engine_args(args)
+        except Exception as exc:  # vLLM raises many types here; all mean "could not start"
+            raise EngineError(f"vllm: engine for model {self.model!r} failed to start: {exc}") from exc
+
+    async def close(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        for request_id in self._requests.ids():
+            self._requests.mark_aborted(request_id)
+        await asyncio.to_thread(llm.shutdown)
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix block (benchmarks and tests compare cached against uncached)."""
+        if not await self.async_llm.reset_prefix_cache():
+            raise EngineError("vllm: reset_prefix_cache refused (requests still running hold blocks)")
+
+    # -- tokens ----------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self._tokenizer.decode(token_ids)
+
+    def chat_prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        return self._tokenizer.chat_prompt_ids(messages)
+
+    # -- generation ------------------------------------------------------------------------------
+
+    def reason(self, request_id: str, prompt_ids: list[int], params: GenerationParams) -> AsyncIterator[TokenDelta]:
+        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
+        check_params(self.name, params)
+        return self._stream(request_id, "reason", list(prompt_ids), params)
+
+    def fork(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        reasoning_ids: list[int],
+        suffix_ids: list[int],
+        params: GenerationParams,
+    ) -> AsyncIterator[TokenDelta]:
+        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
+        check_prompt_ids(self.name, "reasoning_ids", reasoning_ids)
+        check_prompt_ids(self.name, "suffix_ids", suffix_ids)
+        check_params(self.name, params)
+        return self._stream(request_id, "fork", [*prompt_ids, *reasoning_ids, *suffix_ids], params)
+
+    async def abort(self, request_id: str) -> None:
+        request = self._requests.mark_aborted(request_id)
+        if request is not None and self._llm is not None:
+            await self._llm.abort(request_id)
+
+    def _sampling_params(self, params: GenerationParams) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop=list(params.stop) or None,
+            stop_token_ids=list(params.stop_token_ids) or None,
+            seed=params.seed,
+            ignore_eos=params.ignore_eos,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    def _stream(
+        self, request_id: str, kind: str, prompt_ids: list[int], params: GenerationParams
+    ) -> AsyncIterator[TokenDelta]:
+        # The id is claimed at call time, so a duplicate fails at once and an abort that comes before
+        # the caller's first read still counts. Iterate or `aclose()` every stream to release its id.
+        if not prompt_ids:
+            raise EngineError(f"vllm: {kind} {request_id!r} has an empty prompt")
+        llm = self.async_llm
+        request = self._requests.open(request_id, kind)
+        return self._generate(llm, request, prompt_ids, params)
+
+    async def _generate(
+        self, llm: Any, request: ActiveRequest, prompt_ids: list[int], params: GenerationParams
+    ) -> AsyncIterator[TokenDelta]:
+        from vllm.inputs import TokensPrompt
+
+        kind, request_id = request.kind, request.request_id
+        if request.aborted:  # aborted before the first read: never submit it
+            self._requests.close(request)
+            yield request.abort_delta()
+            return
+        first = True
+        generator = llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), self._sampling_params(params), request_id)
+        try:
+            async for output in generator:
+                if request.aborted:
+                    break
+                completion = output.outputs[0]
+                delta = TokenDelta(
+                    token_ids=list(completion.token_ids),
+                    text=completion.text,
+                    t=time.monotonic(),
+                    finished=output.finished,
+                    finish_reason=completion.finish_reason if output.finished else None,
+                )
+                if first:
+                    delta.num_cached_tokens = output.num_cached_tokens or 0
+                    delta.num_prompt_tokens = len(prompt_ids)
+                    first = False
+                yield delta
+                if output.finished:
+                    return
+            if request.aborted:
+                yield request.abort_delta()
+                return
+            raise EngineError(f"vllm: stream of {kind} {request_id!r} ended without a finished output")
+        except EngineError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if request.aborted:
+                yield request.abort_delta()
+                return
+            raise EngineError(self._explain(kind, request_id, len(prompt_ids), params, exc)) from exc
+        finally:
+            self._requests.close(request)
+            # Closing vLLM's generator aborts the request there if it is still running.
+            await generator.aclose()
+
+    def _explain(self, kind: str, request_id: str, prompt_len: int, params: GenerationParams, exc: Exception) -> str:
+        cause = exc.__cause__ or exc
+        text = f"{type(cause).__name__}: {cause}"
+        if "EngineDead" in type(exc).__name__ or "EngineDead" in type(cause).__name__:
+            return f"vllm: the engine process died during {kind} {request_id!r} ({text}); restart the engine"
+        if "max_model_len" in text or "maximum context length" in text or "too long" in text:
+            return (
+                f"vllm: {kind} {request_id!r} does not fit: prompt {prompt_len} tokens + max_tokens "
+                f"{params.max_tokens} ({text}); raise VLLMEngine(max_model_len=...) or shorten the prompt"
+            )
+        return f"vllm: {kind} {request_id!r} failed: {text}"
