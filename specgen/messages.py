@@ -38,6 +38,9 @@ class Verdict(msgspec.Struct, kw_only=True):
     flags: list[str] = []                   # cheat-guard reasons; empty when clean
     error: str | None = None                # why it failed to load/compile/run, else None
     stage_seconds: dict[str, float] = {}    # wall time per stage: compile, correctness, timing, ...
+    ref_cached: bool = False                # ref_ms came from the per-problem reference-timing cache
+    floor_ms: float | None = None           # physical floor of the problem on this device, when known
+    notes: list[str] = []                   # checks skipped and why (e.g. no second shape possible)
 
 
 class CandidateSubmission(msgspec.Struct, kw_only=True):

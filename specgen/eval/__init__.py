@@ -1,0 +1,18 @@
+"""The kernel evaluation service: isolated, cheat-proof validation and profiling of candidates.
+
+Public API:
+    evaluate(problem, candidate, device="cpu", options=EvalOptions(...)) -> Verdict
+    EvalWorker(device, work_dir, spare_processes=1, options=None): start/run/cancel/close
+    EvalOptions, load_problem, load_candidate
+    LocalEvaluationBackend (specgen.eval.local_backend): the optimize loop's in-process backend
+
+Importing this package does not import torch: only runner subprocesses do.
+"""
+from specgen.eval.api import evaluate
+from specgen.eval.loader import CandidateSource, ProblemSource, load_candidate, load_problem
+from specgen.eval.options import EvalOptions
+from specgen.eval.static_guards import FLAG_CODES, flag_code
+from specgen.eval.worker import EvalWorker
+
+__all__ = ["evaluate", "EvalWorker", "EvalOptions", "load_problem", "load_candidate",
+           "ProblemSource", "CandidateSource", "FLAG_CODES", "flag_code"]

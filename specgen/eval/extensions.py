@@ -1,0 +1,198 @@
+"""`torch.utils.cpp_extension.load_inline` as the evaluation sees it: built apart, cached, counted.
+
+Inside a runner, `load_inline` is replaced before the candidate's module runs:
+
+* In a build subprocess (`mode="build"`) it compiles for real, in the worker's own build
+  directory (one per worker and extension key, so parallel builds never share ninja's lock file),
+  then copies the library into the shared cache under the hash of its arguments, atomically.
+* In a run subprocess (`mode="run"`) it loads the cached library without compiling; only a
+  cache miss (an argument computed at run time) builds in-process. A cached build failure is
+  raised again at once instead of compiling again.
+
+Either way it returns a proxy of the extension module that counts calls to its functions and
+the exceptions they raise, so the guards can tell a kernel that never ran (an extension that
+failed to build, with a silent fallback to PyTorch) from one that did.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+import shutil
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+from specgen.eval.protocol import BuildRecord
+
+_KEY_IGNORED = {"build_directory", "verbose", "keep_intermediates"}
+
+
+class ExtensionBuildError(RuntimeError):
+    """A load_inline build failed (compile or link error)."""
+
+
+class KernelLedger:
+    """Counts custom-kernel launches and the exceptions they raised, per call window."""
+
+    def __init__(self) -> None:
+        self.launches = 0
+        self.errors: list[str] = []
+        self.builds: list[BuildRecord] = []
+
+    def reset_window(self) -> tuple[int, int]:
+        return self.launches, len(self.errors)
+
+
+class CountingModule(types.ModuleType):
+    """Stands in for a compiled extension: same attributes, calls counted."""
+
+    def __init__(self, inner: types.ModuleType, ledger: KernelLedger) -> None:
+        super().__init__(inner.__name__, getattr(inner, "__doc__", None))
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_ledger", ledger)
+        self.__file__ = getattr(inner, "__file__", None)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if callable(value) and not isinstance(value, type):
+            return _counted(value, self._ledger, f"{self._inner.__name__}.{name}")
+        return value
+
+    def __dir__(self) -> list[str]:
+        return dir(self._inner)
+
+
+def _counted(fn: Callable[..., Any], ledger: KernelLedger, label: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        ledger.launches += 1
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            ledger.errors.append(f"{label}: {type(exc).__name__}: {exc}"[:500])
+            raise
+    call.__name__ = getattr(fn, "__name__", label)
+    call.__doc__ = getattr(fn, "__doc__", None)
+    return call
+
+
+def arguments_key(bound: inspect.BoundArguments) -> str:
+    """Hash of what determines the built library: sources, flags, torch and target archs."""
+    import torch
+
+    parts = {k: v for k, v in sorted(bound.arguments.items()) if k not in _KEY_IGNORED}
+    material = json.dumps(parts, sort_keys=True, default=repr) + "|" + str(torch.__version__) + "|" + \
+        os.environ.get("TORCH_CUDA_ARCH_LIST", "") + "|" + sys.version.split()[0]
+    return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+class ExtensionCache:
+    """Shared on-disk cache: `<cache>/ext/<key>/<name>.so`, or `<key>/FAILED` with the error."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.root = cache_dir / "ext"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def library(self, key: str, name: str) -> Path | None:
+        path = self.root / key / f"{name}.so"
+        return path if path.is_file() else None
+
+    def failure(self, key: str) -> str | None:
+        path = self.root / key / "FAILED"
+        return path.read_text(errors="replace") if path.is_file() else None
+
+    def _publish(self, key: str, fill: Callable[[Path], None]) -> None:
+        # Fill a private directory, then rename it into place: readers never see half a build,
+        # and two workers publishing the same key keep whichever came first.
+        staging = self.root / f".{key}.{os.getpid()}.{time.monotonic_ns()}"
+        staging.mkdir(parents=True)
+        try:
+            fill(staging)
+            os.rename(staging, self.root / key)
+        except OSError:
+            pass  # already published by another worker
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def store_library(self, key: str, name: str, built: Path) -> None:
+        self._publish(key, lambda d: shutil.copy2(built, d / f"{name}.so"))
+
+    def store_failure(self, key: str, error: str) -> None:
+        self._publish(key, lambda d: (d / "FAILED").write_text(error))
+
+
+def _import_library(name: str, path: Path, is_python_module: bool) -> Any:
+    if not is_python_module:
+        import torch
+        torch.ops.load_library(str(path))
+        return str(path)
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    if spec is None or spec.loader is None:
+        raise ExtensionBuildError(f"cannot load extension library {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger) -> None:
+    """Replace load_inline (mode "build" or "run") for the rest of this process."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    real = cpp_extension.load_inline
+    signature = inspect.signature(real)
+    cache = ExtensionCache(cache_dir)
+
+    def load_inline(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        name = bound.arguments["name"]
+        is_python_module = bound.arguments.get("is_python_module", True)
+        key = arguments_key(bound)
+        started = time.monotonic()
+        failure = cache.failure(key)
+        if failure is not None:
+            ledger.builds.append(BuildRecord(name=name, key=key, ok=False, cached=True,
+                                             error=failure))
+            raise ExtensionBuildError(f"extension {name} failed to build: {failure}")
+        library = cache.library(key, name)
+        if library is not None:
+            module = _import_library(name, library, is_python_module)
+            ledger.builds.append(BuildRecord(name=name, key=key, ok=True, cached=True,
+                                             seconds=time.monotonic() - started))
+            return CountingModule(module, ledger) if is_python_module else module
+        directory = build_dir / f"{name}-{key}"
+        directory.mkdir(parents=True, exist_ok=True)
+        bound.arguments["build_directory"] = str(directory)
+        try:
+            module = real(*bound.args, **bound.kwargs)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {_compiler_message(exc)}"
+            cache.store_failure(key, error)
+            ledger.builds.append(BuildRecord(name=name, key=key, ok=False, error=error,
+                                             seconds=time.monotonic() - started))
+            raise
+        built = directory / f"{name}.so"
+        if built.is_file():
+            cache.store_library(key, name, built)
+        ledger.builds.append(BuildRecord(name=name, key=key, ok=True,
+                                         seconds=time.monotonic() - started))
+        if mode == "build" or not is_python_module:
+            return module
+        return CountingModule(module, ledger)
+
+    load_inline.__doc__ = real.__doc__
+    cpp_extension.load_inline = load_inline
+
+
+def _compiler_message(exc: Exception) -> str:
+    """The first compiler error line, not the whole ninja log."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "error" in line.lower() and ("error:" in line or "Error" in line):
+            return line.strip()[:400]
+    return text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__

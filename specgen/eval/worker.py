@@ -1,0 +1,345 @@
+"""`EvalWorker`: evaluates candidates on one device, each in a fresh runner subprocess.
+
+A worker owns a device ("cpu" or "cuda:N"), a work directory, and a pool of spare runners that
+already imported torch and hold a CUDA context. `run()` checks the sources statically, builds
+`load_inline` extensions in a separate CPU-side build process (skipped when the shared cache has
+them), hands the job to a spare runner, watches it (deadline, memory, cancel) and returns its
+verdict; a runner that crashes, hangs or blows its memory costs that candidate only. The
+reference's timing is cached per problem source, device and timing settings, so it is measured
+once per problem, not once per candidate.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from specgen.errors import UsageError
+from specgen.eval.loader import CandidateSource, candidate_from_text, problem_from_text
+from specgen.eval.options import EvalOptions
+from specgen.eval.process import RunnerError, RunnerProcess, SparePool, runner_env
+from specgen.eval.protocol import (BuildJob, BuildResult, RefTiming, RunJob, RunnerReady,
+                                   RunResult)
+from specgen.messages import CandidateSubmission, Verdict
+
+STAGES = ("validate", "profile", "full")
+_BUILD_MEMORY_MB = None  # builds are the compiler's: only the wall clock limits them
+
+
+class _Inflight:
+    """Builds in progress in this process, by cache directory and candidate source hash: a
+    worker that needs a build another thread is running waits for it instead of compiling twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[tuple[str, str], threading.Event] = {}
+
+    def claim(self, key: tuple[str, str]) -> threading.Event | None:
+        """None: the caller builds (and must `release`); else an event to wait on."""
+        with self._lock:
+            if key in self._events:
+                return self._events[key]
+            self._events[key] = threading.Event()
+            return None
+
+    def release(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+
+_INFLIGHT = _Inflight()
+
+
+class RefTimingCache:
+    """Reference timings on disk, one small JSON file per key (atomic replace)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "ref-timing"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def key(problem_sha: str, device: str, ready: RunnerReady, options: EvalOptions) -> str:
+        material = "|".join((problem_sha, device, ready.device_name, ready.torch_version,
+                             options.timing_key(), options.resolved_scale(
+                                 "cuda" if device.startswith("cuda") else "cpu")))
+        return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> RefTiming | None:
+        path = self.root / f"{key}.json"
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=RefTiming)
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    def put(self, key: str, timing: RefTiming) -> None:
+        path = self.root / f"{key}.json"
+        staging = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        staging.write_bytes(msgspec.json.encode(timing))
+        os.replace(staging, path)
+
+
+class EvalWorker:
+    """Evaluates one candidate at a time on one device; see the module docstring."""
+
+    def __init__(self, device: str = "cpu", work_dir: Path | str = ".specgen-eval",
+                 spare_processes: int = 1, options: EvalOptions | None = None,
+                 name: str | None = None) -> None:
+        if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
+            raise UsageError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
+        if spare_processes < 0:
+            raise UsageError(f"spare_processes must be >= 0, got {spare_processes}")
+        self.device = device
+        self.work_dir = Path(work_dir).resolve()
+        self.spare_processes = spare_processes
+        self.options = options or EvalOptions()
+        self.name = name or f"{os.uname().nodename}/{device}"
+        self.cache_dir = Path(self.options.cache_dir).resolve() if self.options.cache_dir \
+            else self.work_dir / "cache"
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._current: RunnerProcess | None = None
+        self._cancel_requested = False
+        self._pool: SparePool | None = None
+        self._ready: RunnerReady | None = None
+        self._ref_cache: RefTimingCache | None = None
+        self.evaluated = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        for sub in ("jobs", "logs", "build", "runs"):
+            (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self._ref_cache = RefTimingCache(self.cache_dir)
+        self._pool = SparePool(self._new_runner, self.spare_processes)
+        self._pool.start()
+
+    def close(self) -> None:
+        """Kill the spares and any running runner; no process outlives this."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            current = self._current
+        if current is not None:
+            current.signal_kill()
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> "EvalWorker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _env(self, device: str) -> dict[str, str]:
+        extra = {"TORCH_EXTENSIONS_DIR": str(self.work_dir / "build" / "torch_extensions"),
+                 "TRITON_CACHE_DIR": str(self.cache_dir / "triton")}
+        if self._ready is not None and self._ready.capability:
+            extra["TORCH_CUDA_ARCH_LIST"] = self._ready.capability
+        elif os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            extra["TORCH_CUDA_ARCH_LIST"] = os.environ["TORCH_CUDA_ARCH_LIST"]
+        return runner_env(device, extra)
+
+    def _new_runner(self, mode: str = "run") -> RunnerProcess:
+        device = self.device if mode == "run" else "build"
+        serial = next(self._ids)
+        return RunnerProcess(mode, self.device if mode == "run" else "cpu", self._env(device),
+                             self.work_dir / "logs" / f"{mode}-{os.getpid()}-{serial}.log",
+                             self.work_dir / "runs")
+
+    @property
+    def ready_info(self) -> RunnerReady | None:
+        """What the last runner reported at start-up (device name, capability, versions)."""
+        return self._ready
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self) -> None:
+        """Stop the evaluation running now (thread-safe); its verdict says "cancelled"."""
+        with self._lock:
+            self._cancel_requested = True
+            current = self._current
+        if current is not None:
+            current.signal_kill()
+
+    def _set_current(self, runner: RunnerProcess | None) -> bool:
+        """Record the running subprocess; False when a cancel already came for this run."""
+        with self._lock:
+            self._current = runner
+            return not self._cancel_requested
+
+    def _cancelled(self) -> bool:
+        return self._cancel_requested
+
+    # ------------------------------------------------------------------ build
+    def build(self, candidate: CandidateSource | CandidateSubmission | str) -> BuildResult:
+        """Build the candidate's extensions into the shared cache (no-op when cached or none).
+
+        Thread-safe and independent of `run()`, so builds of queued candidates can use CPU cores
+        while this worker's device runs another candidate.
+        """
+        if isinstance(candidate, CandidateSubmission):
+            candidate = candidate_from_text(candidate.candidate_source)
+        elif isinstance(candidate, str):
+            candidate = candidate_from_text(candidate)
+        return self._build(candidate, slot=f"pre-{threading.get_ident()}")
+
+    def _build(self, candidate: CandidateSource, slot: str) -> BuildResult:
+        if not candidate.needs_build:
+            return BuildResult()
+        marker = self.cache_dir / "ext" / "by-source" / f"{candidate.sha256}.json"
+        key = (str(self.cache_dir), candidate.sha256)
+        while True:
+            cached = _read_marker(marker)
+            if cached is not None:
+                cached.seconds = 0.0
+                for record in cached.records:
+                    record.cached = True
+                return cached
+            waiting = _INFLIGHT.claim(key)
+            if waiting is None:
+                break
+            waiting.wait(self.options.build_timeout_s)
+        try:
+            return self._run_build(candidate, marker, slot)
+        finally:
+            _INFLIGHT.release(key)
+
+    def _run_build(self, candidate: CandidateSource, marker: Path, slot: str) -> BuildResult:
+        build_dir = self.work_dir / "build" / slot
+        runner = self._new_runner("build")
+        began = time.monotonic()
+        try:
+            with self._lock:
+                if slot == "run":
+                    self._current = runner
+            runner.wait_ready(self.options.spawn_timeout_s)
+            runner.send(BuildJob(candidate_source=candidate.text, cache_dir=str(self.cache_dir),
+                                 build_dir=str(build_dir)))
+            result, why = runner.wait_result(
+                BuildResult, self.options.build_timeout_s, "EvalOptions.build_timeout_s",
+                _BUILD_MEMORY_MB, self._cancelled if slot == "run" else (lambda: False))
+        except RunnerError as exc:
+            runner.kill()
+            return BuildResult(module_error=f"build process failed: {exc}",
+                               seconds=time.monotonic() - began)
+        finally:
+            runner.remove_log()
+            with self._lock:
+                if slot == "run":
+                    self._current = None
+        if result is None:
+            return BuildResult(module_error=f"build {why}", seconds=time.monotonic() - began)
+        assert isinstance(result, BuildResult)
+        if result.records and all(r.ok or r.error for r in result.records):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            staging = marker.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            staging.write_bytes(msgspec.json.encode(result))
+            os.replace(staging, marker)
+        return result
+
+    # ------------------------------------------------------------------ run
+    def run(self, submission: CandidateSubmission, stage: str = "full") -> Verdict:
+        """Evaluate one candidate; never raises for anything the candidate (or problem) does."""
+        began = time.monotonic()
+        if stage not in STAGES:
+            raise UsageError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        if self._pool is None:
+            raise RuntimeError("EvalWorker.start() was not called (or close() was)")
+        with self._lock:
+            self._cancel_requested = False
+        verdict = self._run(submission, stage, began)
+        verdict.stage = stage
+        verdict.device = self.device
+        verdict.stage_seconds["total"] = round(time.monotonic() - began, 4)
+        self.evaluated += 1
+        return verdict
+
+    def _run(self, submission: CandidateSubmission, stage: str, began: float) -> Verdict:
+        seconds: dict[str, float] = {}
+        cpu_timing = not self.device.startswith("cuda")
+        try:
+            problem = problem_from_text(submission.problem_source, name=submission.problem_name
+                                        or None)
+        except UsageError as exc:
+            return Verdict(error=f"problem source: {exc}", cpu_timing=cpu_timing)
+        try:
+            candidate = candidate_from_text(submission.candidate_source, problem=problem)
+        except UsageError as exc:
+            return Verdict(error=f"candidate source: {exc}", cpu_timing=cpu_timing)
+
+        build = self._build(candidate, slot="run")
+        if candidate.needs_build:
+            seconds["build"] = round(build.seconds, 4)
+        if self._cancelled():
+            return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
+        if build.module_error and build.module_error.startswith("build "):
+            return Verdict(error=f"extension {build.module_error}", cpu_timing=cpu_timing,
+                           stage_seconds=seconds)
+
+        assert self._pool is not None and self._ref_cache is not None
+        try:
+            runner, waited = self._pool.take(self.options.spawn_timeout_s)
+        except RunnerError as exc:
+            return Verdict(error=f"no runner: {exc}", cpu_timing=cpu_timing, stage_seconds=seconds)
+        seconds["spare_wait"] = round(waited, 4)
+        ready = runner.wait_ready(0)
+        self._ready = ready
+        if not self._set_current(runner):
+            runner.kill()
+            runner.remove_log()
+            return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
+        ref_key = RefTimingCache.key(problem.sha256, self.device, ready, self.options)
+        ref_timing = None
+        if stage != "validate" and self.options.cache_ref_timing:
+            ref_timing = self._ref_cache.get(ref_key)
+        job_dir = self.work_dir / "jobs" / f"{runner.pid}-{_safe(submission.candidate_id)}"
+        job = RunJob(stage=stage, problem_source=problem.text, problem_name=problem.name,
+                     candidate_source=candidate.text, options=self.options,
+                     reported_device=self.device, job_dir=str(job_dir),
+                     cache_dir=str(self.cache_dir), build_dir=str(self.work_dir / "build" / "run"),
+                     ref_timing=ref_timing)
+        try:
+            runner.send(job)
+            result, why = runner.wait_result(
+                RunResult, self.options.timeout_s, "EvalOptions.timeout_s",
+                self.options.memory_limit_mb, self._cancelled)
+        except RunnerError as exc:
+            result, why = None, str(exc)
+        finally:
+            self._set_current(None)
+            runner.kill()
+            runner.remove_log()
+            shutil.rmtree(job_dir, ignore_errors=True)
+        if result is None:
+            verdict = Verdict(error=why if why == "cancelled" else f"candidate {why}",
+                              cpu_timing=cpu_timing)
+            verdict.stage_seconds = seconds
+            return verdict
+        assert isinstance(result, RunResult)
+        if result.ref_timing is not None and self.options.cache_ref_timing:
+            self._ref_cache.put(ref_key, result.ref_timing)
+        verdict = result.verdict
+        if build.records and not any(r.ok for r in build.records) and verdict.error and \
+                build.records[0].error and build.records[0].error not in verdict.error:
+            verdict.error += f"; extension build: {build.records[0].error}"
+        verdict.stage_seconds = {**seconds, **verdict.stage_seconds}
+        return verdict
+
+
+def _read_marker(path: Path) -> BuildResult | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=BuildResult)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def _safe(text: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:40]
+    return cleaned or "candidate"
