@@ -14,6 +14,7 @@ from specgen.errors import UsageError
 
 COMMAND_MODULES = [
     "specgen.eval.commands",
+    "specgen.runtime.commands",
 ]
 
 

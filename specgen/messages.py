@@ -287,3 +287,372 @@ class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
     moves: int = 0                          # blocks relocated out of a shrinking segment
     shrinks: int = 0                        # segments given back
     grows: int = 0                          # segments added
+
+
+# --------------------------------------------------------------------------- actor runtime
+#
+# Frames: [header, body]. The header is 4 raw bytes: b"SG", the protocol version, the message
+# kind (the `KIND` of a struct below); the body is that struct as msgpack. A ROUTER prepends the
+# peer's routing id. `specgen.runtime.wire` encodes and checks frames; `MESSAGE_TYPES` maps kinds
+# to structs. Requests carry a `call_id` that their reply echoes; fire-and-forget messages do not.
+
+from typing import Any, ClassVar  # noqa: E402  (kept beside the section that needs them)
+
+
+class _Wire(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    KIND: ClassVar[int] = 0
+
+
+class JobSpec(msgspec.Struct, kw_only=True):
+    """A job: a problem to optimize, budgets, and the code that runs its optimize loop."""
+
+    job_id: str = ""                        # empty: the scheduler assigns one
+    problem_name: str = ""                  # for logs and caches
+    problem_source: str = ""                # KernelBench-format reference program
+    entry: str = ""                         # "module:function" run by the job's reasoner; "" = default
+    wall_time_s: float | None = None        # stop the job after this long (the scheduler enforces it)
+    max_tokens: int | None = None           # token budget, enforced by the optimize loop
+    max_iterations: int | None = None       # iteration budget, enforced by the optimize loop
+    options: dict[str, Any] = {}            # entry-specific settings (msgpack builtins only)
+    created_at: float = 0.0                 # wall clock, set by the scheduler
+    deadline: float | None = None           # created_at + wall_time_s, set by the scheduler
+
+
+class JobEvent(msgspec.Struct, kw_only=True):
+    """One step of a job's progress (iteration started, candidate verdict, best so far, ...)."""
+
+    job_id: str
+    seq: int = 0                            # 1, 2, ... per job, assigned by the scheduler
+    kind: str                               # e.g. "started", "candidate", "best", "log", "finished"
+    t: float = 0.0                          # wall clock when it happened
+    data: dict[str, Any] = {}               # kind-specific details (msgpack builtins only)
+
+
+class JobResult(msgspec.Struct, kw_only=True):
+    """How a job ended."""
+
+    job_id: str
+    status: str                             # "succeeded" | "failed" | "cancelled" | "timed_out"
+    best_candidate_id: str | None = None    # best correct candidate, if any
+    best_verdict: Verdict | None = None     # its verdict
+    summary: dict[str, Any] = {}            # entry-specific totals (iterations, tokens, ...)
+    error: str | None = None                # why it failed, else None
+    finished_at: float = 0.0                # wall clock
+
+
+class JobStatus(msgspec.Struct, kw_only=True):
+    """A job as the scheduler sees it now."""
+
+    spec: JobSpec
+    state: str                              # "running" | "finished"
+    attempts: int = 0                       # reasoner starts (more than 1 after a scheduler restart)
+    candidates: int = 0                     # candidates accepted for the job
+    updates: int = 0                        # stage verdicts recorded for the job
+    last_event_seq: int = 0                 # seq of its latest JobEvent
+    result: JobResult | None = None         # set once finished
+
+
+class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One worker as the scheduler sees it."""
+
+    name: str                               # e.g. "node-a/cpu0"
+    node: str = ""                          # the specgen-node that runs it
+    device: str = "cpu"                     # "cpu" | "cuda:N"
+    pool: str = "validate"                  # "validate" | "profile"
+    busy_stage: str = ""                    # stage of the request it runs, "" when idle
+    busy_for_s: float = 0.0                 # how long the current request has run
+    completed: int = 0                      # requests it finished
+    pending_pool: str = ""                  # pool it moves to when its current request ends
+
+
+class PoolStat(msgspec.Struct, kw_only=True):
+    """Load figures for one pool ("validate" or "profile")."""
+
+    workers: int = 0                        # workers assigned to the pool now
+    queued: int = 0                         # requests waiting
+    running: int = 0                        # requests running (on any pool's worker)
+    arrival_rate: float = 0.0               # requests/s over the measuring window
+    service_s: float = 0.0                  # smoothed service time of one request
+    offered_load: float = 0.0               # workers needed: arrival_rate * service_s + backlog
+    utilization: float = 0.0                # busy share of the pool's worker-time since start
+
+
+class SchedulerStats(msgspec.Struct, kw_only=True):
+    """Everything observable about the scheduler, for `specgen status`, tests and benchmarks."""
+
+    scheduler_id: str
+    uptime_s: float
+    pool_mode: str                          # "elastic" | "static"
+    priority_rule: list[str]                # criteria, most significant first
+    validate: PoolStat
+    profile: PoolStat
+    workers: list[WorkerStat] = []
+    nodes: list[str] = []
+    jobs_running: int = 0
+    requests_done: int = 0                  # stage requests finished (each key counted once)
+    requests_requeued: int = 0              # re-queued after a worker or node was lost
+    requests_dropped: int = 0               # dropped: job ended, deadline passed, or cancelled
+    duplicates_ignored: int = 0             # results for a key that already had one
+    reassignments: int = 0                  # pool changes of workers
+    feedback_latency_p50_s: float | None = None   # candidate extracted -> profiling verdict
+    feedback_latency_p95_s: float | None = None
+    busy_while_waiting: float | None = None # busy worker share, over time when requests waited
+
+
+class Hello(_Wire):
+    """First message of every peer to the scheduler (also sent again after a scheduler restart)."""
+
+    KIND: ClassVar[int] = 1
+    role: str                               # "client" | "worker" | "node" | "reasoner"
+    name: str                               # unique per role, e.g. "node-a/cpu0" or a job id
+    protocol_version: int = PROTOCOL_VERSION
+    node: str = ""                          # worker: the node that runs it
+    device: str = ""                        # worker: "cpu" | "cuda:N"
+    pid: int = 0
+    busy_request_id: str = ""               # worker: the request it is running now (after restarts)
+    busy_key: list[str] = []                # worker: (job_id, candidate_id, stage) of that request
+
+
+class Welcome(_Wire):
+    """The scheduler's answer to Hello."""
+
+    KIND: ClassVar[int] = 2
+    scheduler_id: str                       # changes when the scheduler restarts
+    heartbeat_interval_s: float
+    peer_timeout_s: float
+    max_message_bytes: int
+
+
+class Heartbeat(_Wire):
+    KIND: ClassVar[int] = 3
+    sent_at: float = 0.0                    # wall clock
+    busy_request_id: str = ""               # worker: the request it is running now
+    health: dict[str, Any] = {}             # node: worker names -> state, restarts, ...
+
+
+class HeartbeatAck(_Wire):
+    KIND: ClassVar[int] = 4
+    scheduler_id: str                       # a peer that sees a new id says Hello again
+
+
+class ErrorReply(_Wire):
+    """A message was refused. `ref` is the refused request's call_id when it could be read."""
+
+    KIND: ClassVar[int] = 5
+    code: str                               # "malformed" | "unknown_kind" | "version" | "too_large" | ...
+    message: str                            # says what was wrong and what to fix
+    ref: int = 0
+
+
+class Goodbye(_Wire):
+    """A peer is leaving on purpose; the scheduler re-queues its request at once."""
+
+    KIND: ClassVar[int] = 6
+    reason: str = ""
+    busy_request_id: str = ""
+
+
+class DeadNotice(_Wire):
+    """An actor hit a fatal error and is exiting (to its supervisor and the scheduler)."""
+
+    KIND: ClassVar[int] = 7
+    name: str
+    reason: str
+
+
+class WorkerReady(_Wire):
+    """Worker -> its node: the worker is up (evaluation service started)."""
+
+    KIND: ClassVar[int] = 8
+    name: str
+    pid: int
+
+
+class Ack(_Wire):
+    """Generic success reply to a request that returns nothing else."""
+
+    KIND: ClassVar[int] = 9
+    call_id: int
+    count: int = 0                          # request-specific (e.g. requests dropped by a cancel)
+
+
+class SubmitCandidate(_Wire):
+    """Queue a candidate for validation (then profiling); updates go to the sender."""
+
+    KIND: ClassVar[int] = 10
+    call_id: int
+    submission: CandidateSubmission
+
+
+class SubmitAck(_Wire):
+    KIND: ClassVar[int] = 11
+    call_id: int
+    accepted: bool = True
+    duplicate: bool = False                 # already known: nothing queued twice
+    reason: str = ""                        # why it was not accepted
+
+
+class CandidateUpdateNotice(_Wire):
+    """Scheduler -> submitter: one stage of a candidate finished (or it was dropped)."""
+
+    KIND: ClassVar[int] = 12
+    update: CandidateUpdate
+
+
+class EvaluateRequest(_Wire):
+    """Evaluate one candidate, outside any job; answered by EvaluateReply."""
+
+    KIND: ClassVar[int] = 13
+    call_id: int
+    submission: CandidateSubmission
+    stage: str = "full"                     # "validate" | "profile" | "full"
+
+
+class EvaluateReply(_Wire):
+    KIND: ClassVar[int] = 14
+    call_id: int
+    update: CandidateUpdate
+
+
+class CancelJob(_Wire):
+    """Drop the job's queued work, stop its running work and its reasoner; answered by Ack."""
+
+    KIND: ClassVar[int] = 15
+    call_id: int
+    job_id: str
+
+
+class CreateJob(_Wire):
+    """Start a job (its reasoner runs the optimize loop); answered by JobCreated."""
+
+    KIND: ClassVar[int] = 16
+    call_id: int
+    spec: JobSpec
+
+
+class JobCreated(_Wire):
+    KIND: ClassVar[int] = 17
+    call_id: int
+    job_id: str
+
+
+class SubscribeJob(_Wire):
+    """Send me the job's events after `after_seq` (from the journal), then new ones; Ack."""
+
+    KIND: ClassVar[int] = 18
+    call_id: int
+    job_id: str
+    after_seq: int = 0
+
+
+class JobEventNotice(_Wire):
+    KIND: ClassVar[int] = 19
+    event: JobEvent
+
+
+class GetJob(_Wire):
+    """Ask for a job's spec and state; answered by JobStatusReply."""
+
+    KIND: ClassVar[int] = 20
+    call_id: int
+    job_id: str
+
+
+class JobStatusReply(_Wire):
+    KIND: ClassVar[int] = 21
+    call_id: int
+    status: JobStatus
+
+
+class ReportJobEvent(_Wire):
+    """Reasoner -> scheduler: progress of its job (journaled, forwarded to subscribers)."""
+
+    KIND: ClassVar[int] = 22
+    event: JobEvent
+
+
+class ReportJobResult(_Wire):
+    """Reasoner -> scheduler: its job ended; answered by Ack once journaled."""
+
+    KIND: ClassVar[int] = 23
+    call_id: int
+    result: JobResult
+
+
+class ResyncUpdates(_Wire):
+    """After a scheduler restart: send me again every recorded update of these jobs; Ack."""
+
+    KIND: ClassVar[int] = 24
+    call_id: int
+    job_ids: list[str]
+
+
+class GetStats(_Wire):
+    KIND: ClassVar[int] = 25
+    call_id: int
+
+
+class StatsReply(_Wire):
+    KIND: ClassVar[int] = 26
+    call_id: int
+    stats: SchedulerStats
+
+
+class Ping(_Wire):
+    """Answered by Pong at once (connectivity checks and wire benchmarks)."""
+
+    KIND: ClassVar[int] = 27
+    call_id: int
+    payload: bytes = b""
+
+
+class Pong(_Wire):
+    KIND: ClassVar[int] = 28
+    call_id: int
+    payload: bytes = b""
+
+
+class AssignWork(_Wire):
+    """Scheduler -> worker: run one stage of one candidate."""
+
+    KIND: ClassVar[int] = 30
+    request_id: str                         # unique per attempt
+    stage: str                              # "validate" | "profile" | "full"
+    submission: CandidateSubmission
+
+
+class WorkDone(_Wire):
+    """Worker -> scheduler: the stage finished (the verdict may say the candidate failed)."""
+
+    KIND: ClassVar[int] = 31
+    request_id: str
+    update: CandidateUpdate
+    call_id: int = 0                        # the scheduler acks it; unacked results are re-sent
+
+
+class CancelWork(_Wire):
+    """Scheduler -> worker: stop this request (its candidate's job no longer wants it)."""
+
+    KIND: ClassVar[int] = 32
+    request_id: str
+
+
+class WorkerExited(_Wire):
+    """Node -> scheduler: a worker process ended (the node restarts it)."""
+
+    KIND: ClassVar[int] = 33
+    name: str
+    exit_code: int
+    reason: str = ""
+
+
+MESSAGE_TYPES: dict[int, type[_Wire]] = {
+    cls.KIND: cls
+    for cls in (
+        Hello, Welcome, Heartbeat, HeartbeatAck, ErrorReply, Goodbye, DeadNotice, WorkerReady, Ack,
+        SubmitCandidate, SubmitAck, CandidateUpdateNotice, EvaluateRequest, EvaluateReply,
+        CancelJob, CreateJob, JobCreated, SubscribeJob, JobEventNotice, GetJob, JobStatusReply,
+        ReportJobEvent, ReportJobResult, ResyncUpdates, GetStats, StatsReply, Ping, Pong,
+        AssignWork, WorkDone, CancelWork, WorkerExited,
+    )
+}

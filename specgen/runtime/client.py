@@ -1,0 +1,258 @@
+"""The Python client of a specgen scheduler.
+
+    from specgen import Client
+    with Client("tcp://127.0.0.1:5555") as client:
+        job = client.submit("problem.py", wall_time_s=600)
+        for event in job.events():
+            print(event.kind, event.data)
+        print(job.result())
+        verdict = client.evaluate(problem_src, candidate_src, stage="full")
+
+The client is thread-safe; replies and events are handled on its I/O thread. After a scheduler
+restart it registers again, re-sends unanswered requests, and re-subscribes its jobs from the last
+event it saw, so an event stream neither skips nor repeats an event.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from specgen.errors import UsageError
+from specgen.messages import (
+    CancelJob, CandidateSubmission, CandidateUpdate, CandidateUpdateNotice, CreateJob,
+    EvaluateRequest, GetJob, GetStats, JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus,
+    Ping, ReportJobEvent, ReportJobResult, ResyncUpdates, SchedulerStats, SubscribeJob, Verdict,
+    _Wire,
+)
+from specgen.runtime.auth import ClientKeys, load_client_keys, require_keys_for
+from specgen.runtime.settings import RuntimeSettings
+from specgen.runtime.transport import PeerConnection
+
+UpdateSink = Callable[[CandidateUpdate], None]
+
+
+class Job:
+    """A job on the scheduler: its events, its result, and a way to cancel it."""
+
+    def __init__(self, client: "Client", job_id: str) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.last_seq = 0
+        self._events: queue.SimpleQueue[JobEvent] = queue.SimpleQueue()
+        self._finished = threading.Event()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id!r})"
+
+    def _deliver(self, event: JobEvent) -> None:
+        with self._lock:
+            if event.seq <= self.last_seq:
+                return   # replayed after a re-subscription: already seen
+            self.last_seq = event.seq
+        self._events.put(event)
+        if event.kind == "finished":
+            self._finished.set()
+
+    def events(self, timeout: float | None = None) -> Iterator[JobEvent]:
+        """Every event of the job in order, from the first, ending with its "finished" event.
+
+        `timeout` bounds the wait for each next event (TimeoutError names the argument)."""
+        while True:
+            try:
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"job {self.job_id}: no event within {timeout:g} s (argument timeout)") from None
+            yield event
+            if event.kind == "finished":
+                return
+
+    def result(self, timeout: float | None = None) -> JobResult:
+        """Wait for the job to end; `timeout` in seconds (TimeoutError names the argument)."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"job {self.job_id} did not finish within {timeout:g} s (argument timeout)")
+        status = self.status()
+        assert status.result is not None
+        return status.result
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def status(self) -> JobStatus:
+        return self.client._request(GetJob(call_id=0, job_id=self.job_id)).status  # type: ignore[attr-defined]
+
+    def cancel(self) -> int:
+        """Abort the job's reasoner and drop or stop its evaluations; returns requests dropped."""
+        return self.client.cancel_job(self.job_id)
+
+
+class Client:
+    def __init__(
+        self,
+        address: str,
+        *,
+        keys: ClientKeys | Path | str | None = None,
+        settings: RuntimeSettings | None = None,
+        role: str = "client",
+        name: str | None = None,
+        connect_timeout_s: float | None = None,
+    ) -> None:
+        if isinstance(keys, (str, Path)):
+            keys = load_client_keys(Path(keys))
+        require_keys_for(address, keys, "keys=")
+        self.address = address
+        self.settings = settings or RuntimeSettings()
+        self._jobs: dict[str, Job] = {}
+        self._sinks: list[tuple[UpdateSink, Callable[[], list[str]]]] = []
+        self._lock = threading.Lock()
+        self.conn = PeerConnection(
+            address, role, name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            self.settings, keys, on_message=self._on_message, on_reconnect=self._on_reconnect)
+        self.conn.start()
+        try:
+            self.conn.wait_welcome(connect_timeout_s)
+        except Exception:
+            self.conn.close()
+            raise
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- I/O thread -----------------------------------------------------------------------
+    def _on_message(self, msg: _Wire) -> None:
+        if isinstance(msg, CandidateUpdateNotice):
+            for sink, _ in list(self._sinks):
+                sink(msg.update)
+        elif isinstance(msg, JobEventNotice):
+            job = self._jobs.get(msg.event.job_id)
+            if job is not None:
+                job._deliver(msg.event)
+
+    def _on_reconnect(self) -> None:
+        # A restarted scheduler: pick every stream up where it stopped. Sent without waiting
+        # (this runs on the I/O thread, which must not block on its own replies).
+        for job in list(self._jobs.values()):
+            if not job.done():
+                self.conn.call(SubscribeJob(call_id=0, job_id=job.job_id, after_seq=job.last_seq))
+        for _, job_ids in list(self._sinks):
+            ids = job_ids()
+            if ids:
+                self.conn.call(ResyncUpdates(call_id=0, job_ids=ids))
+
+    def add_update_sink(self, sink: UpdateSink, job_ids: Callable[[], list[str]]) -> None:
+        """Receive every CandidateUpdate; `job_ids()` names the jobs to resync after a restart."""
+        self._sinks.append((sink, job_ids))
+
+    def remove_update_sink(self, sink: UpdateSink) -> None:
+        self._sinks = [(s, j) for s, j in self._sinks if s is not sink]
+
+    # -- requests -------------------------------------------------------------------------
+    def _request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
+        return self.conn.request(msg, timeout)
+
+    def ping(self, payload: bytes = b"") -> float:
+        """Round trip to the scheduler in seconds."""
+        start = time.perf_counter()
+        self._request(Ping(call_id=0, payload=payload))
+        return time.perf_counter() - start
+
+    def stats(self) -> SchedulerStats:
+        return self._request(GetStats(call_id=0)).stats  # type: ignore[attr-defined]
+
+    def evaluate(
+        self,
+        problem_source: str,
+        candidate_source: str,
+        stage: str = "full",
+        *,
+        problem_name: str = "problem",
+        timeout: float | None = None,
+    ) -> Verdict:
+        """Evaluate one candidate outside any job (blocking). `timeout` defaults to the setting
+        call_timeout_s."""
+        if stage not in ("validate", "profile", "full"):
+            raise UsageError(f"stage must be validate, profile or full, not {stage!r}")
+        sub = CandidateSubmission(job_id="", candidate_id=uuid.uuid4().hex[:12], problem_name=problem_name,
+                                  problem_source=problem_source, candidate_source=candidate_source,
+                                  origin="inline", extracted_at=time.time())
+        reply = self._request(EvaluateRequest(call_id=0, submission=sub, stage=stage), timeout)
+        return reply.update.verdict  # type: ignore[attr-defined]
+
+    def submit(
+        self,
+        problem: str | Path | JobSpec,
+        *,
+        entry: str = "",
+        wall_time_s: float | None = None,
+        max_tokens: int | None = None,
+        max_iterations: int | None = None,
+        options: dict[str, Any] | None = None,
+        problem_name: str | None = None,
+        job_id: str | None = None,
+    ) -> Job:
+        """Start a job on the scheduler. `problem` is a JobSpec, a path to a KernelBench-format
+        program, or its source; `entry` ("module:function") runs the job's optimize loop in a
+        reasoner process (default: the scheduler's setting default_job_entry)."""
+        if isinstance(problem, JobSpec):
+            spec = problem
+        else:
+            source, name = _read_problem(problem)
+            spec = JobSpec(problem_name=problem_name or name, problem_source=source, entry=entry,
+                           wall_time_s=wall_time_s, max_tokens=max_tokens,
+                           max_iterations=max_iterations, options=dict(options or {}))
+        # The id is made here so that re-sending CreateJob after a scheduler restart is idempotent.
+        spec.job_id = spec.job_id or job_id or f"job-{uuid.uuid4().hex[:12]}"
+        job = self._attach(spec.job_id)
+        self._request(CreateJob(call_id=0, spec=spec))
+        self._request(SubscribeJob(call_id=0, job_id=spec.job_id, after_seq=job.last_seq))
+        return job
+
+    def job(self, job_id: str) -> Job:
+        """Follow an existing job (events from its first)."""
+        job = self._attach(job_id)
+        self._request(SubscribeJob(call_id=0, job_id=job_id, after_seq=job.last_seq))
+        return job
+
+    def _attach(self, job_id: str) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                job = self._jobs[job_id] = Job(self, job_id)
+            return job
+
+    def cancel_job(self, job_id: str) -> int:
+        return self._request(CancelJob(call_id=0, job_id=job_id)).count  # type: ignore[attr-defined]
+
+    def job_spec(self, job_id: str) -> JobSpec:
+        return self._request(GetJob(call_id=0, job_id=job_id)).status.spec  # type: ignore[attr-defined]
+
+    # -- for a job's reasoner ---------------------------------------------------------------
+    def report_event(self, event: JobEvent) -> None:
+        self.conn.send(ReportJobEvent(event=event))
+
+    def report_result(self, result: JobResult) -> None:
+        self._request(ReportJobResult(call_id=0, result=result))
+
+
+def _read_problem(problem: str | Path) -> tuple[str, str]:
+    if isinstance(problem, Path) or ("\n" not in problem and problem.endswith(".py")):
+        path = Path(problem)
+        if not path.is_file():
+            raise UsageError(f"problem file {path} not found")
+        return path.read_text(), path.stem
+    if "class Model" not in problem:
+        raise UsageError("problem must be a path to a KernelBench-format program or its source "
+                         "(a `class Model(nn.Module)` with get_inputs() and get_init_inputs())")
+    return problem, "problem"

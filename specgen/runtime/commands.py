@@ -1,0 +1,76 @@
+"""`specgen serve`, `specgen keys`, `specgen status`: the runtime's subcommands."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import msgspec
+
+from specgen.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from specgen.runtime.scheduler import add_arguments
+
+    serve = subparsers.add_parser("serve", help="run the scheduler (jobs, queues, elastic pools)")
+    add_arguments(serve)
+    serve.set_defaults(func=_serve)
+
+    keys = subparsers.add_parser("keys", help="make CURVE keys for non-loopback scheduler addresses")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    gen = keys_sub.add_parser("generate", help="write a server keypair and client keypair(s) to DIR")
+    gen.add_argument("dir", type=Path)
+    gen.add_argument("--clients", type=int, default=1, help="client keypairs to make (default 1)")
+    gen.set_defaults(func=_keys_generate)
+
+    status = subparsers.add_parser("status", help="print a scheduler's queues, pools and workers")
+    status.add_argument("--scheduler", default="tcp://127.0.0.1:5555")
+    status.add_argument("--keys", type=Path, default=None)
+    status.add_argument("--json", action="store_true", help="print the raw SchedulerStats as JSON")
+    status.set_defaults(func=_status)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from specgen.runtime.scheduler import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return serve(args)
+
+
+def _keys_generate(args: argparse.Namespace) -> int:
+    from specgen.runtime.auth import generate
+
+    if args.clients < 1:
+        raise UsageError("--clients must be at least 1")
+    files = generate(args.dir, args.clients)
+    for path in files:
+        print(path)
+    print(f"scheduler: specgen serve --bind tcp://0.0.0.0:5555 --keys {args.dir}")
+    print(f"nodes and clients: copy {args.dir}/server.key and a client*.key_secret to their hosts "
+          f"and pass --keys DIR")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from specgen.runtime.client import Client
+
+    with Client(args.scheduler, keys=args.keys) as client:
+        stats = client.stats()
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(stats), indent=1))
+        return 0
+    print(f"scheduler {stats.scheduler_id}  up {stats.uptime_s:.0f} s  pools {stats.pool_mode}  "
+          f"priority {','.join(stats.priority_rule)}  jobs {stats.jobs_running}")
+    for name, pool in (("validate", stats.validate), ("profile", stats.profile)):
+        print(f"  {name:8s} workers {pool.workers}  queued {pool.queued}  running {pool.running}  "
+              f"rate {pool.arrival_rate:.2f}/s  service {pool.service_s:.2f} s  "
+              f"utilization {pool.utilization:.0%}")
+    for w in stats.workers:
+        state = f"busy ({w.busy_stage}, {w.busy_for_s:.1f} s)" if w.busy_stage else "idle"
+        print(f"  {w.name:24s} {w.device:8s} {w.pool:8s} {state}  done {w.completed}")
+    if stats.feedback_latency_p50_s is not None:
+        print(f"  feedback latency p50 {stats.feedback_latency_p50_s:.2f} s  p95 {stats.feedback_latency_p95_s:.2f} s")
+    return 0

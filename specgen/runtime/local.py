@@ -1,0 +1,134 @@
+"""One machine, one call: a scheduler and its node(s) as real processes, and a client.
+
+    with LocalCluster(workers=2) as cluster:            # 2 CPU workers (or devices=["cuda:0", ...])
+        verdict = cluster.client.evaluate(problem, candidate)
+        backend = cluster.backend()                       # an EvaluationBackend for the optimize loop
+
+The scheduler listens on an ipc:// socket in a private temporary directory (nothing reachable from
+the network); its journal lives in `state_dir` (a temporary directory unless given). Start-up waits
+until every worker registered (setting `ready_timeout_s`); leaving the block stops everything
+(SIGTERM, join, SIGKILL after `shutdown_grace_s`) and leaves no process behind.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from specgen.runtime.backend import SchedulerEvaluationBackend
+from specgen.runtime.client import Client
+from specgen.runtime.process import ChildProcess, log_tail
+from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+from specgen.runtime.transport import RuntimeFailure
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        workers: int | None = None,
+        devices: list[str] | None = None,
+        *,
+        nodes: int = 1,
+        settings: RuntimeSettings | None = None,
+        evaluator: str = "eval",
+        state_dir: Path | None = None,
+        address: str | None = None,
+    ) -> None:
+        if devices is None:
+            devices = ["cpu"] * (workers if workers is not None else 1)
+        elif workers is not None and workers != len(devices):
+            raise ValueError("pass workers or devices (or both, agreeing)")
+        if not devices:
+            raise ValueError("a LocalCluster needs at least one worker")
+        self.devices = devices
+        self.nodes_count = nodes
+        self.settings = settings or RuntimeSettings()
+        self.evaluator = evaluator
+        self.tmp = Path(tempfile.mkdtemp(prefix="specgen-local-"))
+        self.state_dir = state_dir or self.tmp / "state"
+        self.address = address or f"ipc://{self.tmp}/scheduler.sock"
+        self.scheduler: ChildProcess | None = None
+        self.nodes: list[ChildProcess] = []
+        self.client: Client | None = None  # type: ignore[assignment]
+        self._backends: list[SchedulerEvaluationBackend] = []
+
+    # -- processes --------------------------------------------------------------------------
+    def start_scheduler(self) -> ChildProcess:
+        self.scheduler = ChildProcess(
+            "scheduler", "specgen.runtime.scheduler",
+            ["--bind", self.address, "--state-dir", str(self.state_dir)],
+            env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / "scheduler.log",
+        ).start()
+        return self.scheduler
+
+    def _node_args(self, devices: list[str], index: int) -> list[str]:
+        args = ["--scheduler", self.address, "--name", f"local{index}", "--evaluator", self.evaluator,
+                "--work-dir", str(self.tmp / f"work{index}")]
+        gpus = [d.split(":")[1] for d in devices if d.startswith("cuda:")]
+        if gpus and len(gpus) != len(devices):
+            raise ValueError("a node serves either GPUs or CPU workers; split devices across nodes")
+        return args + (["--gpus", ",".join(gpus)] if gpus else ["--cpu-workers", str(len(devices))])
+
+    def start_node(self, devices: list[str], index: int) -> ChildProcess:
+        node = ChildProcess(
+            f"node{index}", "specgen.runtime.node", self._node_args(devices, index),
+            env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / f"node{index}.log",
+        ).start()
+        self.nodes.append(node)
+        return node
+
+    def start(self) -> "LocalCluster":
+        try:
+            self.start_scheduler()
+            per_node = [self.devices[i::self.nodes_count] for i in range(self.nodes_count)]
+            for i, devs in enumerate(d for d in per_node if d):
+                self.start_node(devs, i)
+            self.client = Client(self.address, settings=self.settings)
+            self.wait_for_workers(len(self.devices))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_for_workers(self, count: int, timeout: float | None = None) -> None:
+        timeout = self.settings.ready_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.client is not None
+            if len(self.client.stats().workers) >= count:
+                return
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"--- {n.name}:\n{log_tail(n.log_path)}" for n in self.nodes)
+                raise RuntimeFailure(
+                    f"only {len(self.client.stats().workers)} of {count} workers registered within "
+                    f"{timeout:g} s (setting ready_timeout_s)\n{tails}")
+            for node in self.nodes:
+                if not node.alive():
+                    raise RuntimeFailure(f"{node.name} exited:\n{log_tail(node.log_path)}")
+            time.sleep(0.1)
+
+    def backend(self) -> SchedulerEvaluationBackend:
+        assert self.client is not None, "start the cluster first"
+        backend = SchedulerEvaluationBackend(self.client)
+        self._backends.append(backend)
+        return backend
+
+    def stop(self) -> None:
+        for backend in self._backends:
+            backend.close()
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        grace = self.settings.shutdown_grace_s
+        for node in self.nodes:
+            node.stop(grace)
+        if self.scheduler is not None:
+            self.scheduler.stop(grace)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

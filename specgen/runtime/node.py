@@ -1,0 +1,292 @@
+"""`specgen-node`: runs and supervises the evaluation workers of one host.
+
+    specgen-node --scheduler tcp://HOST:PORT [--gpus 0,1] [--cpu-workers N] [--name NAME] [--keys DIR]
+
+One worker process per GPU (`--gpus`, or every GPU `nvidia-smi -L` lists), or `--cpu-workers N`
+CPU workers on a host without GPUs. Each worker connects to the scheduler itself; the node starts
+it, waits for its READY (setting `ready_timeout_s`), restarts it when it dies (after
+`worker_restart_backoff_s`, at most `worker_max_restarts` times in 10 minutes), tells the scheduler
+at once when one exits (so its request is re-queued without waiting for a heartbeat timeout), and
+reports the health of its workers in its heartbeats. SIGTERM/SIGINT stop every worker (SIGTERM,
+join, SIGKILL) and the node; SIGKILL of the node takes its workers down with it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from specgen.errors import UsageError
+from specgen.messages import DeadNotice, Goodbye, WorkerExited, WorkerReady
+from specgen.runtime import wire
+from specgen.runtime.auth import (
+    KEYS_ENV, ClientKeys, client_keys_to_env, load_client_keys, require_keys_for,
+)
+from specgen.runtime.process import ChildProcess, die_with_parent, log_tail
+from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+from specgen.runtime.transport import PeerConnection, SocketPump
+from specgen.runtime.worker import CONFIG_ENV, WorkerConfig
+
+log = logging.getLogger("specgen.node")
+
+_STOP = object()
+_RESTART_WINDOW_S = 600.0
+
+
+@dataclass
+class WorkerSlot:
+    name: str
+    device: str
+    state: str = "stopped"                  # starting | ready | restarting | failed | stopped
+    child: ChildProcess | None = None
+    started_at: float = 0.0
+    restart_at: float | None = None
+    restarts: collections.deque = field(default_factory=collections.deque)
+    last_error: str = ""
+
+
+def detect_gpus() -> list[int]:
+    """GPU indices from `nvidia-smi -L` (no torch import: the node must start fast)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [i for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+
+
+class NodeActor:
+    def __init__(
+        self,
+        scheduler: str,
+        name: str,
+        devices: list[str],
+        settings: RuntimeSettings,
+        keys: ClientKeys | None = None,
+        evaluator: str = "eval",
+        work_dir: Path | None = None,
+    ) -> None:
+        require_keys_for(scheduler, keys)
+        self.scheduler = scheduler
+        self.name = name
+        self.settings = settings
+        self.keys = keys
+        self.evaluator = evaluator
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"specgen-node-"))
+        self.work_dir = work_dir or self.run_dir / "work"
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.stopping = False
+        self.init_slots(devices)
+        self.init_sockets()
+
+    def init_slots(self, devices: list[str]) -> None:
+        self.slots: dict[str, WorkerSlot] = {}
+        for i, device in enumerate(devices):
+            label = f"gpu{device.split(':')[1]}" if device.startswith("cuda:") else f"cpu{i}"
+            slot = WorkerSlot(name=f"{self.name}/{label}", device=device)
+            self.slots[slot.name] = slot
+        self.cpu_workers = sum(1 for d in devices if d == "cpu")
+
+    def init_sockets(self) -> None:
+        self.ctx = zmq.Context()
+        self.notices_address = f"ipc://{self.run_dir}/notices.sock"
+        pull = self.ctx.socket(zmq.PULL)
+        pull.bind(self.notices_address)
+        self.notice_pump = SocketPump(pull, f"node-{self.name}-notices", self._on_notice)
+        self.conn = PeerConnection(self.scheduler, "node", self.name, self.settings, self.keys,
+                                   heartbeat_fields=self._health, ctx=self.ctx)
+
+    # -- I/O threads ----------------------------------------------------------------------
+    def _on_notice(self, frames: list[bytes]) -> None:
+        try:
+            msg = wire.decode(frames, self.settings.max_message_bytes)
+        except wire.WireError as exc:
+            log.warning("bad notice from a worker: %s", exc.message)
+            return
+        self.inbox.put(("notice", msg))
+
+    def _health(self) -> dict[str, Any]:
+        return {"health": {slot.name: {"state": slot.state, "pid": slot.child.pid if slot.child else 0,
+                                       "restarts": len(slot.restarts), "error": slot.last_error[-300:]}
+                           for slot in self.slots.values()}}
+
+    def _child_exited(self, child: ChildProcess, code: int) -> None:
+        self.inbox.put(("exited", child, code))
+
+    # -- supervision (main thread only: PR_SET_PDEATHSIG is tied to the thread that forks) ----
+    def _start(self, slot: WorkerSlot) -> None:
+        config = WorkerConfig(name=slot.name, node=self.name, device=slot.device, scheduler=self.scheduler,
+                              node_notices=self.notices_address, evaluator=self.evaluator,
+                              work_dir=str(self.work_dir / slot.name.replace("/", "_")))
+        env = {CONFIG_ENV: msgspec.json.encode(config).decode(), SETTINGS_ENV: self.settings.to_env(),
+               **client_keys_to_env(self.keys)}
+        if slot.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+            # CPU workers share the host's cores; one thread pool each would oversubscribe them.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, self.cpu_workers)))
+        slot.child = ChildProcess(slot.name, "specgen.runtime.worker", env=env, on_exit=self._child_exited,
+                                  log_path=self.run_dir / "logs" / f"{slot.name.replace('/', '_')}.log")
+        slot.state = "starting"
+        slot.started_at = time.monotonic()
+        slot.restart_at = None
+        slot.child.start()
+        log.info("started %s on %s (pid %s)", slot.name, slot.device, slot.child.pid)
+
+    def _on_exit(self, child: ChildProcess, code: int) -> None:
+        slot = self.slots.get(child.name)
+        if slot is None or slot.child is not child or self.stopping:
+            return
+        tail = log_tail(child.log_path, 5)
+        slot.last_error = f"exited with code {code}" + (f": {tail}" if tail else "")
+        log.warning("%s exited with code %s", slot.name, code)
+        self.conn.send(WorkerExited(name=slot.name, exit_code=code, reason=slot.last_error[-500:]))
+        now = time.monotonic()
+        while slot.restarts and now - slot.restarts[0] > _RESTART_WINDOW_S:
+            slot.restarts.popleft()
+        if len(slot.restarts) >= self.settings.worker_max_restarts:
+            slot.state = "failed"
+            log.error("%s died %d times in %d s (setting worker_max_restarts): not restarting it",
+                      slot.name, len(slot.restarts), _RESTART_WINDOW_S)
+            return
+        slot.restarts.append(now)
+        slot.state = "restarting"
+        slot.restart_at = now + self.settings.worker_restart_backoff_s
+
+    def request_stop(self, *_: object) -> None:
+        self.inbox.put(_STOP)
+
+    def run(self) -> None:
+        self.notice_pump.start()
+        self.conn.start()
+        for slot in self.slots.values():
+            self._start(slot)
+        while True:
+            try:
+                item = self.inbox.get(timeout=0.2)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                break
+            if item is not None:
+                kind, *rest = item
+                if kind == "exited":
+                    self._on_exit(*rest)
+                elif kind == "notice":
+                    self._on_worker_notice(rest[0])
+            now = time.monotonic()
+            for slot in self.slots.values():
+                if slot.state == "restarting" and slot.restart_at is not None and now >= slot.restart_at:
+                    self._start(slot)
+                elif (slot.state == "starting" and slot.child is not None
+                      and now - slot.started_at > self.settings.ready_timeout_s):
+                    slot.last_error = (f"not ready within {self.settings.ready_timeout_s:g} s "
+                                       "(setting ready_timeout_s)")
+                    log.error("%s %s: killing it", slot.name, slot.last_error)
+                    slot.state = "killing"
+                    slot.child.signal(signal.SIGKILL)
+
+    def _on_worker_notice(self, msg: object) -> None:
+        if isinstance(msg, WorkerReady):
+            slot = self.slots.get(msg.name)
+            if slot is not None and slot.child is not None and slot.child.pid == msg.pid:
+                slot.state = "ready"
+                log.info("%s ready (%.1f s)", slot.name, time.monotonic() - slot.started_at)
+        elif isinstance(msg, DeadNotice):
+            slot = self.slots.get(msg.name)
+            if slot is not None:
+                slot.last_error = msg.reason
+            log.error("%s reported a fatal error: %s", msg.name, msg.reason)
+
+    def close(self) -> None:
+        self.stopping = True
+        children = [s.child for s in self.slots.values() if s.child is not None]
+        threads = [threading.Thread(target=c.stop, args=(self.settings.shutdown_grace_s,)) for c in children]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for slot in self.slots.values():
+            slot.state = "stopped"
+        self.conn.close(Goodbye(reason="node stopping"))
+        self.notice_pump.stop()
+        self.ctx.term()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def parse_devices(gpus: str | None, cpu_workers: int | None) -> list[str]:
+    if gpus is not None and cpu_workers:
+        raise UsageError("pass either --gpus or --cpu-workers, not both")
+    if gpus is not None:
+        try:
+            ids = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus expects comma-separated GPU indices like 0,1; got {gpus!r}") from None
+        if not ids:
+            raise UsageError("--gpus lists no GPU")
+        return [f"cuda:{i}" for i in ids]
+    if cpu_workers is not None:
+        if cpu_workers < 1:
+            raise UsageError("--cpu-workers must be at least 1")
+        return ["cpu"] * cpu_workers
+    found = detect_gpus()
+    return [f"cuda:{i}" for i in found] if found else ["cpu"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specgen-node", description=__doc__.splitlines()[0])
+    p.add_argument("--scheduler", required=True, help="scheduler address, e.g. tcp://10.0.0.5:5555")
+    p.add_argument("--gpus", help="GPU indices to serve, e.g. 0,1 (default: every GPU found)")
+    p.add_argument("--cpu-workers", type=int, help="run N CPU workers (hosts without GPUs)")
+    p.add_argument("--name", default=None, help="node name, unique per scheduler (default host-pid)")
+    p.add_argument("--keys", type=Path, default=os.environ.get(KEYS_ENV) or None,
+                   help="CURVE key directory (server.key, client.key_secret); required off loopback")
+    p.add_argument("--evaluator", default="eval",
+                   help="'eval' (default), or 'replay[:RECORDING.json]' to play back recorded service times")
+    p.add_argument("--work-dir", type=Path, default=None, help="scratch space for the workers")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a runtime setting")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        from specgen.runtime.settings import settings_from_env
+
+        settings = settings_from_env().with_overrides(args.set)
+        keys = load_client_keys(args.keys) if args.keys else None
+        devices = parse_devices(args.gpus, args.cpu_workers)
+        name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+        node = NodeActor(args.scheduler, name, devices, settings, keys, args.evaluator, args.work_dir)
+    except UsageError as exc:
+        print(f"specgen-node: error: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, node.request_stop)
+    signal.signal(signal.SIGINT, node.request_stop)
+    print(f"specgen-node {name}: {len(devices)} worker(s) on {', '.join(devices)} -> {args.scheduler}", flush=True)
+    try:
+        node.run()
+    finally:
+        node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The reasoner actor process: hosts one job's optimize loop, started by the scheduler.
+
+    python -m specgen.runtime.reasoner --scheduler ADDRESS --job-id ID
+
+It registers as the job's reasoner, fetches the job's spec, and calls the spec's entry point
+("module:function", sync or async):
+
+    entry(spec: JobSpec, backend: EvaluationBackend, emit: Callable[[JobEvent], None]) -> JobResult | Any
+
+`backend` is a SchedulerEvaluationBackend over this process's connection; `emit` relays progress
+events to the scheduler (journaled, forwarded to the job's subscribers). A return value that is
+not a JobResult becomes the `summary` of a "succeeded" JobResult; an exception becomes a "failed"
+one carrying the traceback's last lines. After a scheduler restart the job's reasoner starts again
+from the beginning: candidates it submits again are recognized (same job and candidate id) and
+answered from the journal instead of being evaluated twice. SIGTERM (job cancelled or timed out)
+cancels the loop's task, so the loop can abort its generations on the way out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import logging
+import signal
+import sys
+import traceback
+from typing import Any, Callable
+
+import msgspec
+
+from specgen.messages import JobEvent, JobResult, JobSpec
+from specgen.runtime.auth import client_keys_from_env
+from specgen.runtime.backend import SchedulerEvaluationBackend
+from specgen.runtime.client import Client
+from specgen.runtime.process import die_with_parent
+from specgen.runtime.settings import settings_from_env
+
+log = logging.getLogger("specgen.reasoner")
+
+
+def resolve_entry(entry: str) -> Callable[..., Any]:
+    module_name, _, attr = entry.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"job entry {entry!r} must be 'module:function'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"job entry {entry!r} is not callable")
+    return obj
+
+
+def as_job_result(job_id: str, value: Any) -> JobResult:
+    if isinstance(value, JobResult):
+        value.job_id = value.job_id or job_id
+        return value
+    summary = msgspec.to_builtins(value) if value is not None else {}
+    if not isinstance(summary, dict):
+        summary = {"value": summary}
+    return JobResult(job_id=job_id, status="succeeded", summary=summary)
+
+
+async def run_entry(spec: JobSpec, client: Client) -> JobResult:
+    backend = SchedulerEvaluationBackend(client)
+
+    def emit(event: JobEvent) -> None:
+        event.job_id = spec.job_id
+        client.report_event(event)
+
+    entry = resolve_entry(spec.entry)
+    if inspect.iscoroutinefunction(entry):
+        value = await entry(spec, backend, emit)
+    else:
+        value = await asyncio.to_thread(entry, spec, backend, emit)
+    return as_job_result(spec.job_id, value)
+
+
+async def _main_async(client: Client, job_id: str) -> int:
+    loop = asyncio.get_running_loop()
+    spec = client.job_spec(job_id)
+    task = asyncio.ensure_future(run_entry(spec, client))
+    terminated = False
+
+    def on_term() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    loop.add_signal_handler(signal.SIGINT, on_term)
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        if terminated:
+            log.info("job %s: stopped by the scheduler", job_id)
+            return 0
+        result = JobResult(job_id=job_id, status="cancelled", error="the job's loop was cancelled")
+    except Exception as exc:  # noqa: BLE001 - the job failed, the reasoner reports it
+        tb = traceback.format_exc()
+        log.error("job %s failed:\n%s", job_id, tb)
+        lines = tb.strip().splitlines()
+        result = JobResult(job_id=job_id, status="failed",
+                           error=f"{type(exc).__name__}: {exc}\n" + "\n".join(lines[-8:]))
+    client.report_result(result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m specgen.runtime.reasoner")
+    parser.add_argument("--scheduler", required=True)
+    parser.add_argument("--job-id", required=True)
+    args = parser.parse_args(argv)
+    client = Client(args.scheduler, keys=client_keys_from_env(), settings=settings_from_env(),
+                    role="reasoner", name=args.job_id)
+    try:
+        return asyncio.run(_main_async(client, args.job_id))
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

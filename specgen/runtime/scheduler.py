@@ -1,0 +1,237 @@
+"""The scheduler actor process: one ROUTER socket, the scheduler core, the jobs' reasoners.
+
+Threads: the I/O thread (SocketPump) decodes incoming frames into a queue and sends what the
+loop produced; malformed frames are answered with an ErrorReply right there, so they never reach
+the loop. The main thread runs the loop: take a batch of messages, feed them to the core, run the
+timers, assign work, commit the journal, and only then send the batch's replies. Reasoner
+processes are started and stopped here, watched by monitor threads.
+
+Run as `specgen serve --bind tcp://127.0.0.1:PORT` or `python -m specgen.runtime.scheduler`.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import zmq
+
+from specgen.errors import UsageError
+from specgen.runtime import wire
+from specgen.runtime.auth import (
+    KEYS_ENV, CurveGate, ServerKeys, client_keys_to_env, ephemeral_client_keys, is_loopback,
+    load_server_keys, require_keys_for,
+)
+from specgen.runtime.journal import Journal
+from specgen.runtime.process import ChildProcess, log_tail
+from specgen.runtime.scheduler_core import SchedulerCore
+from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+from specgen.runtime.transport import SocketPump, configure, new_context
+
+log = logging.getLogger("specgen.scheduler")
+
+_STOP = object()
+_TICK_S = 0.05
+
+
+class SchedulerActor:
+    def __init__(self, bind: str, state_dir: Path, settings: RuntimeSettings,
+                 keys: ServerKeys | None = None) -> None:
+        require_keys_for(bind, keys)
+        self.settings = settings
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(state_dir / "journal.sqlite3")
+        self.core = SchedulerCore(settings, self.journal)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.reasoners: dict[str, ChildProcess] = {}
+        self._stopping = False
+        self.rejected = 0
+        self.send_failures = 0
+        self.init_socket(bind, keys)
+
+    def init_socket(self, bind: str, keys: ServerKeys | None) -> None:
+        self.ctx = new_context()
+        self.gate = CurveGate(self.ctx, keys) if keys is not None else None
+        self.reasoner_keys = ephemeral_client_keys(keys) if keys is not None else None
+        sock = self.ctx.socket(zmq.ROUTER)
+        configure(sock, self.settings)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)   # unknown peer / full queue: an error, not a silent drop
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)    # a reconnecting peer with the same id takes over
+        if self.gate is not None:
+            self.gate.apply(sock)
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise UsageError(f"cannot bind {bind}: {exc}") from None
+        self.address = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        # Children (reasoners) connect over loopback even when the scheduler listens on all interfaces.
+        self.local_address = self.address.replace("0.0.0.0", "127.0.0.1").replace("[::]", "[::1]")
+        self.pump = SocketPump(sock, "scheduler", self._on_frames, on_send_error=self._on_send_error)
+
+    # -- I/O thread -----------------------------------------------------------------------
+    def _on_frames(self, frames: list[bytes]) -> None:
+        peer = frames[0]
+        try:
+            msg = wire.decode(frames[1:], self.settings.max_message_bytes)
+        except wire.WireError as exc:
+            self.rejected += 1
+            log.warning("refused a message from %r: %s", peer[:40], exc.message)
+            self.pump.send([peer, *wire.encode(exc.reply())])
+            return
+        self.inbox.put((peer, msg))
+
+    def _on_send_error(self, frames: list, exc: zmq.ZMQError) -> None:
+        # EHOSTUNREACH: the peer is gone; EAGAIN: its queue is full (a subscriber not reading).
+        self.send_failures += 1
+
+    # -- reasoners ------------------------------------------------------------------------
+    def _reasoner_exited(self, child: ChildProcess, code: int) -> None:
+        self.inbox.put(("exited", child, code))
+
+    def _start_reasoner(self, job_id: str) -> None:
+        old = self.reasoners.pop(job_id, None)
+        if old is not None and old.alive():
+            old.stop(self.settings.shutdown_grace_s)
+        env = {SETTINGS_ENV: self.settings.to_env(), **client_keys_to_env(self.reasoner_keys)}
+        child = ChildProcess(
+            f"reasoner-{job_id}", "specgen.runtime.reasoner",
+            ["--scheduler", self.local_address, "--job-id", job_id], env=env,
+            on_exit=self._reasoner_exited, log_path=self.state_dir / "logs" / f"{job_id}.log",
+        )
+        self.reasoners[job_id] = child
+        child.start()
+        log.info("job %s: reasoner started (pid %s)", job_id, child.pid)
+
+    def _stop_reasoner(self, job_id: str) -> None:
+        child = self.reasoners.pop(job_id, None)
+        if child is not None and child.alive():
+            child.stopping = True
+            threading.Thread(target=child.stop, args=(self.settings.shutdown_grace_s,), daemon=True).start()
+
+    # -- main loop ------------------------------------------------------------------------
+    def request_stop(self, *_: object) -> None:
+        self.inbox.put(_STOP)
+
+    def run(self) -> None:
+        self.pump.start()
+        log.info("scheduler %s listening on %s (state in %s)", self.core.scheduler_id, self.address, self.state_dir)
+        core = self.core
+        self._flush()
+        next_tick = time.monotonic()
+        running = True
+        while running:
+            try:
+                first = self.inbox.get(timeout=max(0.0, next_tick - time.monotonic()))
+                batch = [first]
+            except queue.Empty:
+                batch = []
+            while len(batch) < 512:
+                try:
+                    batch.append(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            now = time.monotonic()
+            for item in batch:
+                if item is _STOP:
+                    running = False
+                elif item[0] == "exited":
+                    _, child, code = item
+                    job_id = child.name.removeprefix("reasoner-")
+                    if self.reasoners.get(job_id) is child:
+                        del self.reasoners[job_id]
+                        if not child.stopping:
+                            core.reasoner_exited(job_id, code, log_tail(child.log_path), now)
+                else:
+                    core.handle(item[0], item[1], now)
+            if now >= next_tick:
+                core.tick(now)
+                next_tick = now + _TICK_S
+            core.schedule(now)
+            self._flush()
+
+    def _flush(self) -> None:
+        """Commit, then send: a peer is never told something a restart could forget."""
+        self.journal.commit()
+        core = self.core
+        if core.outbox:
+            send = self.pump.send
+            encode = wire.encode
+            for peer, msg in core.outbox:
+                send([peer, *encode(msg)])
+            core.outbox.clear()
+        if core.actions:
+            actions, core.actions = core.actions, []
+            for action, job_id in actions:
+                if action == "start_reasoner":
+                    self._start_reasoner(job_id)
+                else:
+                    self._stop_reasoner(job_id)
+
+    def close(self) -> None:
+        """Stop reasoners (jobs stay 'running' in the journal and resume on the next start)."""
+        self._stopping = True
+        children = list(self.reasoners.values())
+        for child in children:
+            child.stopping = True
+        threads = [threading.Thread(target=c.stop, args=(self.settings.shutdown_grace_s,)) for c in children]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.journal.close()
+        self.pump.stop()
+        if self.gate is not None:
+            self.gate.stop()
+        self.ctx.term()
+        log.info("scheduler stopped")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bind", default="tcp://127.0.0.1:5555",
+                        help="address to listen on (default tcp://127.0.0.1:5555); non-loopback needs --keys")
+    parser.add_argument("--state-dir", type=Path, default=Path(".specgen-state"),
+                        help="journal of jobs and verdicts; a restart resumes from it")
+    parser.add_argument("--keys", type=Path, default=os.environ.get(KEYS_ENV) or None,
+                        help="CURVE key directory (server.key_secret, authorized/); see `specgen keys`")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a runtime setting (see specgen/runtime/settings.py)")
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = RuntimeSettings().with_overrides(args.set)
+    keys = load_server_keys(args.keys) if args.keys else None
+    if keys is None and not is_loopback(args.bind):
+        require_keys_for(args.bind, None)
+    actor = SchedulerActor(args.bind, args.state_dir, settings, keys)
+    signal.signal(signal.SIGTERM, actor.request_stop)
+    signal.signal(signal.SIGINT, actor.request_stop)
+    print(f"specgen scheduler listening on {actor.address}", flush=True)
+    try:
+        actor.run()
+    finally:
+        actor.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m specgen.runtime.scheduler")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return serve(args)
+    except UsageError as exc:
+        print(f"specgen serve: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

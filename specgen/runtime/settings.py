@@ -1,0 +1,96 @@
+"""Every knob of the actor runtime in one struct, so each timeout error can name its setting.
+
+Settings travel to child processes as JSON in the `SPECGEN_RUNTIME_SETTINGS` environment variable
+and can be overridden on any command line with `--set NAME=VALUE`.
+"""
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from specgen.errors import UsageError
+
+SETTINGS_ENV = "SPECGEN_RUNTIME_SETTINGS"
+
+
+class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # liveness
+    heartbeat_interval_s: float = 0.5       # every peer sends a heartbeat this often
+    peer_timeout_s: float = 5.0             # a peer silent this long is declared lost
+    ready_timeout_s: float = 180.0          # a started worker/reasoner must report READY by then
+    connect_timeout_s: float = 15.0         # a client waits this long for the scheduler's Welcome
+    call_timeout_s: float = 120.0           # a client request waits this long for its reply
+    shutdown_grace_s: float = 5.0           # SIGTERM, then SIGKILL after this long
+    # limits (a ROUTER silently drops messages past its high-water mark: bound what is in flight)
+    max_message_bytes: int = 16 * 1024 * 1024  # larger messages are refused with an error reply
+    max_queued_requests: int = 20_000       # submissions past this are refused ("busy")
+    max_outstanding_submits: int = 512      # a backend waits for acks past this many
+    socket_hwm: int = 100_000               # ZeroMQ high-water mark of every socket
+    max_request_attempts: int = 3           # a request that lost this many workers fails
+    # pools
+    pool_mode: str = "elastic"              # "elastic" | "static"
+    static_validate_workers: int | None = None  # static split: validators (None: half, rounded up)
+    lend_idle_workers: bool = True          # elastic: an idle worker takes the other pool's work
+    min_pool_workers: int = 1               # elastic: never shrink a pool below this (if >= 2 workers)
+    rebalance_interval_s: float = 0.5       # elastic: at most one pool change this often
+    rate_window_s: float = 10.0             # arrival rates are measured over this window
+    drain_horizon_s: float = 5.0            # queued work counts as load to clear within this time
+    hysteresis_workers: float = 0.35        # move a worker only when the target is off by 0.5 + this
+    initial_service_s: float = 1.0          # service-time estimate before one is measured
+    # priority: criteria for picking the next request, most significant first
+    priority_rule: list[str] = msgspec.field(
+        default_factory=lambda: ["own_pool", "deadline", "stage", "oldest"])
+    # jobs
+    default_job_entry: str = "specgen.runtime.jobs:evaluate_candidates"
+    job_grace_s: float = 30.0               # past a job's wall time, its reasoner gets this long
+    # workers and nodes
+    worker_restart_backoff_s: float = 1.0   # wait before restarting a worker that died
+    worker_max_restarts: int = 10           # restarts of one worker within 10 minutes, then give up
+    spare_processes: int = 1                # evaluation: candidate processes kept started ahead
+
+    def check(self) -> "RuntimeSettings":
+        if self.pool_mode not in ("elastic", "static"):
+            raise UsageError(f"pool_mode must be 'elastic' or 'static', not {self.pool_mode!r}")
+        from specgen.runtime.priority import PRIORITY_CRITERIA
+
+        unknown = [c for c in self.priority_rule if c not in PRIORITY_CRITERIA]
+        if unknown:
+            raise UsageError(
+                f"priority_rule has unknown criteria {unknown}; known: {sorted(PRIORITY_CRITERIA)}"
+            )
+        for name in ("heartbeat_interval_s", "peer_timeout_s", "ready_timeout_s",
+                     "connect_timeout_s", "call_timeout_s", "rebalance_interval_s"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"setting {name} must be positive")
+        if self.peer_timeout_s <= self.heartbeat_interval_s:
+            raise UsageError("setting peer_timeout_s must exceed heartbeat_interval_s")
+        return self
+
+    def to_env(self) -> str:
+        return msgspec.json.encode(self).decode()
+
+    def with_overrides(self, pairs: list[str]) -> "RuntimeSettings":
+        """Apply `NAME=VALUE` pairs (VALUE parsed as JSON, else taken as a string)."""
+        data = msgspec.to_builtins(self)
+        for pair in pairs:
+            name, sep, raw = pair.partition("=")
+            if not sep or name not in data:
+                raise UsageError(
+                    f"--set expects NAME=VALUE with NAME one of {sorted(data)}; got {pair!r}"
+                )
+            try:
+                data[name] = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                data[name] = raw
+        try:
+            return msgspec.convert(data, RuntimeSettings).check()
+        except msgspec.ValidationError as exc:
+            raise UsageError(f"bad --set value: {exc}") from None
+
+
+def settings_from_env() -> RuntimeSettings:
+    raw = os.environ.get(SETTINGS_ENV)
+    if not raw:
+        return RuntimeSettings()
+    return msgspec.json.decode(raw, type=RuntimeSettings).check()

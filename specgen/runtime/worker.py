@@ -1,0 +1,209 @@
+"""The worker actor process: one evaluation service (one device), fed by the scheduler.
+
+Started by `specgen-node` as `python -m specgen.runtime.worker` with a `WorkerConfig` in the
+environment. Threads: the main thread runs one request at a time on the evaluator (blocking);
+the I/O thread of its scheduler connection keeps heartbeats flowing meanwhile and handles
+CancelWork by cancelling the evaluator. Startup: the evaluator starts (spare candidate processes
+are warmed), then WorkerReady goes to the node over a local PUSH socket; a fatal error sends a
+DeadNotice to both the node and the scheduler before the process exits. A result is kept and
+re-sent until the scheduler acknowledges it, so a scheduler restart loses no verdict.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+import zmq
+
+from specgen.messages import (
+    AssignWork, CancelWork, CandidateSubmission, CandidateUpdate, DeadNotice, Goodbye, Verdict,
+    WorkDone, WorkerReady, _Wire,
+)
+from specgen.runtime import wire
+from specgen.runtime.auth import client_keys_from_env
+from specgen.runtime.process import die_with_parent, parent_alive
+from specgen.runtime.settings import RuntimeSettings, settings_from_env
+from specgen.runtime.transport import PeerConnection
+
+log = logging.getLogger("specgen.worker")
+
+CONFIG_ENV = "SPECGEN_WORKER_CONFIG"
+
+
+class WorkerConfig(msgspec.Struct, kw_only=True):
+    name: str                               # e.g. "node-a/cpu0"
+    node: str                               # the node that runs it
+    device: str                             # "cpu" | "cuda:N"
+    scheduler: str                          # scheduler address
+    node_notices: str = ""                  # the node's PULL address for READY/DEAD ("" = none)
+    work_dir: str                           # scratch space of the evaluation service
+    evaluator: str = "eval"                 # "eval" | "replay" | "replay:RECORDING.json"
+
+
+class Evaluator(Protocol):
+    def start(self) -> None: ...
+    def run(self, submission: CandidateSubmission, stage: str = "full") -> Verdict: ...
+    def cancel(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluator:
+    if config.evaluator == "eval":
+        from specgen.eval import EvalWorker
+
+        return EvalWorker(device=config.device, work_dir=Path(config.work_dir),
+                          spare_processes=settings.spare_processes)
+    if config.evaluator == "replay" or config.evaluator.startswith("replay:"):
+        from specgen.runtime.replay import ReplayEvaluator
+
+        return ReplayEvaluator.from_spec(config.evaluator)
+    raise ValueError(f"unknown evaluator {config.evaluator!r}: 'eval', 'replay' or 'replay:PATH'")
+
+
+class WorkerActor:
+    def __init__(self, config: WorkerConfig, settings: RuntimeSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.evaluator: Evaluator | None = None
+        self.tasks: queue.SimpleQueue[AssignWork | None] = queue.SimpleQueue()
+        self.current: AssignWork | None = None
+        self.cancelled: set[str] = set()
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self.ctx = zmq.Context()
+        self.conn = PeerConnection(
+            config.scheduler, "worker", config.name, settings, client_keys_from_env(),
+            on_message=self._on_message, hello_fields=self._busy_fields,
+            heartbeat_fields=self._heartbeat_fields, ctx=self.ctx)
+        self.notices: zmq.Socket | None = None
+        if config.node_notices:
+            self.notices = self.ctx.socket(zmq.PUSH)
+            self.notices.setsockopt(zmq.LINGER, 1000)
+            self.notices.connect(config.node_notices)
+
+    # -- I/O thread -----------------------------------------------------------------------
+    def _busy_fields(self) -> dict[str, Any]:
+        cur = self.current
+        if cur is None:
+            return {"node": self.config.node, "device": self.config.device}
+        sub = cur.submission
+        return {"node": self.config.node, "device": self.config.device,
+                "busy_request_id": cur.request_id, "busy_key": [sub.job_id, sub.candidate_id, cur.stage]}
+
+    def _heartbeat_fields(self) -> dict[str, Any]:
+        cur = self.current
+        return {"busy_request_id": cur.request_id} if cur is not None else {}
+
+    def _on_message(self, msg: _Wire) -> None:
+        if isinstance(msg, AssignWork):
+            self.tasks.put(msg)
+        elif isinstance(msg, CancelWork):
+            with self._lock:
+                if self.current is not None and self.current.request_id == msg.request_id:
+                    if self.evaluator is not None:
+                        self.evaluator.cancel()
+                else:
+                    self.cancelled.add(msg.request_id)
+
+    # -- main thread ----------------------------------------------------------------------
+    def notify_node(self, msg: _Wire) -> None:
+        if self.notices is not None:
+            try:
+                self.notices.send_multipart(wire.encode(msg), flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
+    def request_stop(self, *_: object) -> None:
+        self.stopping.set()
+        if self.evaluator is not None:
+            self.evaluator.cancel()
+        self.tasks.put(None)
+
+    def run_one(self, task: AssignWork) -> CandidateUpdate:
+        sub = task.submission
+        started = time.time()
+        with self._lock:
+            self.current = task
+            skip = task.request_id in self.cancelled
+            self.cancelled.discard(task.request_id)
+        if skip:
+            verdict = Verdict(stage=task.stage, error="cancelled before it started")
+        else:
+            assert self.evaluator is not None
+            verdict = self.evaluator.run(sub, stage=task.stage)
+        cancelled = bool(verdict.error and verdict.error.startswith("cancelled"))
+        return CandidateUpdate(
+            job_id=sub.job_id, candidate_id=sub.candidate_id, stage=task.stage, verdict=verdict,
+            worker=self.config.name, started_at=started, finished_at=time.time(), cancelled=cancelled)
+
+    def serve(self) -> None:
+        self.evaluator = build_evaluator(self.config, self.settings)
+        if self.stopping.is_set():
+            return
+        self.evaluator.start()
+        self.notify_node(WorkerReady(name=self.config.name, pid=os.getpid()))
+        self.conn.start()
+        log.info("worker %s ready on %s", self.config.name, self.config.device)
+        while not self.stopping.is_set():
+            try:
+                task = self.tasks.get(timeout=1.0)
+            except queue.Empty:
+                if not parent_alive():
+                    break
+                continue
+            if task is None:
+                break
+            update = self.run_one(task)
+            if self.stopping.is_set() and update.cancelled:
+                break   # interrupted by our own shutdown: the Goodbye below re-queues it
+            with self._lock:
+                self.current = None
+            self.conn.call(WorkDone(request_id=task.request_id, update=update))
+
+    def close(self) -> None:
+        cur = self.current
+        self.conn.close(Goodbye(reason="worker stopping", busy_request_id=cur.request_id if cur else ""))
+        try:
+            if self.evaluator is not None:
+                self.evaluator.close()
+        finally:
+            if self.notices is not None:
+                self.notices.close()
+            self.ctx.term()
+
+
+def main() -> int:
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = msgspec.json.decode(os.environ[CONFIG_ENV], type=WorkerConfig)
+    settings = settings_from_env()
+    actor = WorkerActor(config, settings)
+    signal.signal(signal.SIGTERM, actor.request_stop)
+    signal.signal(signal.SIGINT, actor.request_stop)
+    try:
+        actor.serve()
+    except Exception as exc:  # noqa: BLE001 - any fatal error becomes a DEAD notice
+        reason = f"{type(exc).__name__}: {exc}"
+        log.error("worker %s failed: %s\n%s", config.name, reason, traceback.format_exc())
+        dead = DeadNotice(name=config.name, reason=reason)
+        actor.notify_node(dead)
+        if actor.conn.welcome is not None:   # registered: tell the scheduler too
+            actor.conn.send(dead)
+            time.sleep(0.3)   # let the I/O thread deliver it
+        actor.close()
+        return 1
+    actor.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
