@@ -363,6 +363,8 @@ class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
     busy_for_s: float = 0.0                 # how long the current request has run
     completed: int = 0                      # requests it finished
     pending_pool: str = ""                  # pool it moves to when its current request ends
+    busy_candidate: str = ""                # "job_id/candidate_id" of the request it runs
+    pid: int = 0                            # its process id on its node's host
 
 
 class PoolStat(msgspec.Struct, kw_only=True):
@@ -392,7 +394,7 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     requests_done: int = 0                  # stage requests finished (each key counted once)
     requests_requeued: int = 0              # re-queued after a worker or node was lost
     requests_dropped: int = 0               # dropped: job ended, deadline passed, or cancelled
-    duplicates_ignored: int = 0             # results for a key that already had one
+    duplicates_ignored: int = 0             # results for a key that already had one (or whose job ended)
     reassignments: int = 0                  # pool changes of workers
     feedback_latency_p50_s: float | None = None   # candidate extracted -> profiling verdict
     feedback_latency_p95_s: float | None = None

@@ -31,7 +31,7 @@ from specgen.runtime.auth import (
 from specgen.runtime.journal import Journal
 from specgen.runtime.process import ChildProcess, log_tail
 from specgen.runtime.scheduler_core import SchedulerCore
-from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
 from specgen.runtime.transport import SocketPump, configure, new_context
 
 log = logging.getLogger("specgen.scheduler")
@@ -122,6 +122,8 @@ class SchedulerActor:
 
     def run(self) -> None:
         self.pump.start()
+        # Where it listens, for tools that bound an ephemeral port (tcp://127.0.0.1:*).
+        (self.state_dir / "address").write_text(self.address + "\n")
         log.info("scheduler %s listening on %s (state in %s)", self.core.scheduler_id, self.address, self.state_dir)
         core = self.core
         self._flush()
@@ -206,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    settings = RuntimeSettings().with_overrides(args.set)
+    settings = settings_from_env().with_overrides(args.set)
     keys = load_server_keys(args.keys) if args.keys else None
     if keys is None and not is_loopback(args.bind):
         require_keys_for(args.bind, None)

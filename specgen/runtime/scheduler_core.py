@@ -65,6 +65,7 @@ class WorkerState:
     busy_since: float = 0.0
     completed: int = 0
     pending_pool: str | None = None
+    pid: int = 0
 
     @property
     def future_pool(self) -> str:
@@ -306,7 +307,8 @@ class SchedulerCore:
             pool = "validate" if validators < round(target) or validators == 0 else "profile"
         else:
             pool = "validate" if validators < self.pools.static_validators(n) else "profile"
-        w = WorkerState(peer=peer, name=msg.name, node=msg.node, device=msg.device or "cpu", pool=pool)
+        w = WorkerState(peer=peer, name=msg.name, node=msg.node, device=msg.device or "cpu", pool=pool,
+                        pid=msg.pid)
         self.workers[peer] = w
         if msg.busy_request_id:
             # The worker was running a request when this scheduler (re)started: adopt it.
@@ -528,26 +530,37 @@ class SchedulerCore:
 
     # -- assignment and pools ---------------------------------------------------------------
     def schedule(self, now: float) -> int:
-        """Give queued requests to idle workers; returns how many were assigned."""
+        """Give queued requests to idle workers; returns how many were assigned.
+
+        A worker takes the best head (by the priority rule) of its own pool's queue and, when
+        lending, of the other pool's queue, but only while no worker of that other pool is idle
+        to take it itself.
+        """
         assigned = 0
-        if self._total_queued():
+        idle = [w for w in self.workers.values() if w.busy is None]
+        if idle and self._total_queued():
             wall = self.wall()
-            for w in self.workers.values():
-                if w.busy is not None:
-                    continue
-                req = self._pick(w, wall)
-                if req is None:
-                    if not self._total_queued():
-                        break
-                    continue
-                self._assign(w, req, now, wall)
-                assigned += 1
+            idle_in = collections.Counter(w.pool for w in idle)
+            progress = True
+            while progress and self._total_queued():
+                progress = False
+                for w in idle:
+                    if w.busy is not None:
+                        continue
+                    other = "profile" if w.pool == "validate" else "validate"
+                    req = self._pick(w, wall, lend=self.lending and idle_in[other] == 0)
+                    if req is None:
+                        continue
+                    self._assign(w, req, now, wall)
+                    idle_in[w.pool] -= 1
+                    assigned += 1
+                    progress = True
         self._refresh_usage()
         return assigned
 
-    def _pick(self, w: WorkerState, wall: float) -> QueuedRequest | None:
+    def _pick(self, w: WorkerState, wall: float, lend: bool) -> QueuedRequest | None:
         own = self.queues[w.pool]
-        other = self.queues["profile" if w.pool == "validate" else "validate"] if self.lending else None
+        other = self.queues["profile" if w.pool == "validate" else "validate"] if lend else None
         while True:
             a = own.peek()
             b = other.peek() if other is not None else None
@@ -681,13 +694,14 @@ class SchedulerCore:
         """End a job: drop its queued work, stop its running work and reasoner. Returns drops."""
         if job.state != "running":
             return 0
+        # Dropped work is recorded (and shown to subscribers) while the job is still running.
+        dropped = self._drop_job_work(job, f"job {job.spec.job_id} ended ({result.status})")
+        job.live.clear()
         job.state = "finished"
         if result.best_verdict is None:
             result.best_candidate_id, result.best_verdict = _best(job.updates)
         result.finished_at = result.finished_at or self.wall()
         job.result = result
-        dropped = self._drop_job_work(job, f"job {job.spec.job_id} ended ({result.status})")
-        job.live.clear()
         self.journal.put_job(job.spec, "finished", job.has_reasoner, job.attempts, result)
         self._emit(job, "finished", msgspec.to_builtins(result))
         if job.has_reasoner:
@@ -801,7 +815,9 @@ class SchedulerCore:
                 name=w.name, node=w.node, device=w.device, pool=w.pool,
                 busy_stage=w.busy.stage if w.busy else "",
                 busy_for_s=(now - w.busy_since) if w.busy else 0.0, completed=w.completed,
-                pending_pool=w.pending_pool or "") for w in self.workers.values()],
+                pending_pool=w.pending_pool or "", pid=w.pid,
+                busy_candidate=f"{w.busy.key[0]}/{w.busy.key[1]}" if w.busy else "")
+                for w in self.workers.values()],
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),
             jobs_running=sum(1 for j in self.jobs.values() if j.state == "running"),
             requests_done=self.counters["requests_done"],

@@ -6,6 +6,7 @@ and can be overridden on any command line with `--set NAME=VALUE`.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import msgspec
 
@@ -48,6 +49,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_restart_backoff_s: float = 1.0   # wait before restarting a worker that died
     worker_max_restarts: int = 10           # restarts of one worker within 10 minutes, then give up
     spare_processes: int = 1                # evaluation: candidate processes kept started ahead
+    eval_options: dict[str, Any] = {}       # evaluation: EvalOptions fields (trials, timeouts, ...)
 
     def check(self) -> "RuntimeSettings":
         if self.pool_mode not in ("elastic", "static"):

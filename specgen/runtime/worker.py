@@ -58,10 +58,12 @@ class Evaluator(Protocol):
 
 def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluator:
     if config.evaluator == "eval":
-        from specgen.eval import EvalWorker
+        from specgen.eval import EvalOptions, EvalWorker
 
+        options = msgspec.convert(settings.eval_options, EvalOptions)
         return EvalWorker(device=config.device, work_dir=Path(config.work_dir),
-                          spare_processes=settings.spare_processes)
+                          spare_processes=settings.spare_processes, options=options,
+                          name=config.name)
     if config.evaluator == "replay" or config.evaluator.startswith("replay:"):
         from specgen.runtime.replay import ReplayEvaluator
 

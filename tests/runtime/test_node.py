@@ -1,0 +1,110 @@
+"""specgen-node supervising real worker processes that run real evaluations (CPU workers)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from specgen.messages import JobEvent
+from specgen.runtime.client import Job
+from specgen.runtime.local import LocalCluster
+from specgen.runtime.node import main as node_main
+
+from tests.runtime.conftest import (
+    SLOW_CORRECT, WRONG, alive, descendants, processes_in_groups, quick_eval_settings, wait_for,
+)
+
+ENTRY = "specgen.runtime.jobs:evaluate_candidates"
+
+
+def verdict_keys(events: list[JobEvent]) -> list[tuple[str, str]]:
+    return [(e.data["candidate_id"], e.data["stage"]) for e in events if e.kind == "verdict"]
+
+
+def all_events(job: Job) -> list[JobEvent]:
+    return list(job.events(timeout=30))
+
+
+def busy_with(cluster: LocalCluster, candidate: str):
+    for w in cluster.client.stats().workers:
+        if w.busy_candidate.endswith("/" + candidate):
+            return w
+    return None
+
+
+def test_worker_killed_mid_request_its_request_runs_elsewhere(softmax_problem: str, softmax_candidate: str) -> None:
+    with LocalCluster(workers=2, settings=quick_eval_settings()) as cluster:
+        job = cluster.client.submit(softmax_problem, entry=ENTRY, options={
+            "candidates": {"slow": SLOW_CORRECT, "fast": softmax_candidate, "wrong": WRONG}})
+        victim = wait_for(lambda: busy_with(cluster, "slow"), 120, "a worker to run the slow candidate")
+        time.sleep(0.5)                                   # well inside its evaluation
+        os.kill(victim.pid, signal.SIGKILL)
+        result = job.result(timeout=240)
+        events = all_events(job)
+        keys = verdict_keys(events)
+        assert len(keys) == len(set(keys)), f"a stage was reported twice: {keys}"
+        assert set(keys) == {("slow", "validate"), ("slow", "profile"), ("fast", "validate"),
+                             ("fast", "profile"), ("wrong", "validate")}
+        assert result.status == "succeeded"
+        assert result.summary["validated"] == 3 and result.summary["profiled"] == 2
+        stats = cluster.client.stats()
+        assert stats.requests_requeued >= 1
+        # The node restarted the killed worker under the same name.
+        restarted = wait_for(lambda: [w for w in cluster.client.stats().workers if w.name == victim.name
+                                      and w.pid != victim.pid], 120, "the node to restart the worker")
+        assert restarted[0].pid != victim.pid
+
+
+def test_node_cut_off_its_requests_are_requeued_and_late_answers_ignored(
+        softmax_problem: str, softmax_candidate: str) -> None:
+    settings = quick_eval_settings(peer_timeout_s=2.5)
+    with LocalCluster(workers=2, nodes=2, settings=settings) as cluster:
+        assert len({w.node for w in cluster.client.stats().workers}) == 2
+        job = cluster.client.submit(softmax_problem, entry=ENTRY, options={
+            "candidates": {"slow": SLOW_CORRECT, "fast": softmax_candidate}})
+        victim = wait_for(lambda: busy_with(cluster, "slow"), 120, "a worker to run the slow candidate")
+        node = next(n for n in cluster.nodes if n.name == "node" + victim.node.removeprefix("local"))
+        # The host goes silent (its processes stop: no heartbeats, no answers).
+        for pid in (node.pid, victim.pid):
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            result = job.result(timeout=240)
+            keys = verdict_keys(all_events(job))
+            assert len(keys) == len(set(keys))
+            assert {("slow", "validate"), ("slow", "profile")} <= set(keys)
+            assert result.status == "succeeded"
+            stats = cluster.client.stats()
+            assert stats.requests_requeued >= 1
+            assert victim.node not in stats.nodes
+        finally:
+            for pid in (victim.pid, node.pid):
+                os.kill(pid, signal.SIGCONT)
+        # Back online: the node and its worker register again; the worker's late result is ignored.
+        wait_for(lambda: victim.node in cluster.client.stats().nodes, 60, "the node to come back")
+        wait_for(lambda: cluster.client.stats().duplicates_ignored >= 1, 120, "the late result to be ignored")
+        assert job.status().updates == len(keys)
+
+
+def test_stopping_a_cluster_leaves_no_process_behind(softmax_problem: str, softmax_candidate: str) -> None:
+    cluster = LocalCluster(workers=2, settings=quick_eval_settings()).start()
+    try:
+        verdict = cluster.client.evaluate(softmax_problem, softmax_candidate, stage="validate")
+        assert verdict.correct
+        tops = {cluster.scheduler.pid, *(n.pid for n in cluster.nodes)}
+        started = tops | set().union(*(descendants(pid) for pid in tops))
+        workers = {w.pid for w in cluster.client.stats().workers}
+        assert workers <= started and len(started) > len(tops) + len(workers)   # runners too
+    finally:
+        cluster.stop()
+    assert alive(started) == set()
+    assert processes_in_groups(started) == []
+
+
+def test_node_command_line_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:
+    assert node_main(["--scheduler", "ipc:///tmp/x", "--gpus", "zero"]) == 2
+    assert "--gpus expects comma-separated GPU indices" in capsys.readouterr().err
+    assert node_main(["--scheduler", "ipc:///tmp/x", "--gpus", "0", "--cpu-workers", "2"]) == 2
+    assert node_main(["--scheduler", "tcp://10.1.2.3:5555", "--cpu-workers", "1"]) == 2
+    assert "not a loopback address" in capsys.readouterr().err

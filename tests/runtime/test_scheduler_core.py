@@ -1,0 +1,415 @@
+"""The scheduler's logic without sockets: peers are byte ids, the clock is the test's."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specgen.messages import (
+    Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission, CandidateUpdate,
+    CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob, Goodbye,
+    Heartbeat, Hello, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
+    SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
+)
+from specgen.runtime.journal import Journal
+from specgen.runtime.scheduler_core import SchedulerCore
+from specgen.runtime.settings import RuntimeSettings
+
+PROBLEM = "class Model:\n    pass\n"
+CLIENT = b"client/c/1"
+
+
+class Harness:
+    def __init__(self, journal: Journal | None = None, **settings: object) -> None:
+        self.settings = RuntimeSettings(**settings)  # type: ignore[arg-type]
+        self.journal = journal or Journal(":memory:")
+        self.now = 1000.0
+        self.wall = 5000.0
+        self.core = SchedulerCore(self.settings, self.journal, wall=lambda: self.wall, now=self.now)
+        self.calls = 0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.wall += seconds
+
+    def send(self, peer: bytes, msg) -> list:
+        self.core.handle(peer, msg, self.now)
+        self.core.schedule(self.now)
+        self.journal.commit()
+        out, self.core.outbox = self.core.outbox, []
+        return out
+
+    def call_id(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    def hello(self, peer: bytes, role: str, name: str, **kw) -> list:
+        return self.send(peer, Hello(role=role, name=name, **kw))
+
+    def worker(self, name: str) -> bytes:
+        peer = f"worker/{name}/x".encode()
+        out = self.hello(peer, "worker", name, node="n1", device="cpu")
+        assert any(isinstance(m, Welcome) for _, m in out)
+        return peer
+
+    def submit(self, cid: str, job: str = "j1", peer: bytes = CLIENT, **kw) -> list:
+        sub = CandidateSubmission(job_id=job, candidate_id=cid, problem_name="p", problem_source=PROBLEM,
+                                  candidate_source="x", extracted_at=kw.pop("extracted_at", self.wall), **kw)
+        return self.send(peer, SubmitCandidate(call_id=self.call_id(), submission=sub))
+
+    def finish(self, worker: bytes, assign: AssignWork, correct: bool = True, speedup: float = 2.0) -> list:
+        sub = assign.submission
+        v = Verdict(stage=assign.stage, compiled=True, correct=correct,
+                    speedup=speedup if assign.stage != "validate" and correct else None)
+        upd = CandidateUpdate(job_id=sub.job_id, candidate_id=sub.candidate_id, stage=assign.stage,
+                              verdict=v, worker=worker.decode(), started_at=self.wall - 1, finished_at=self.wall)
+        return self.send(worker, WorkDone(call_id=self.call_id(), request_id=assign.request_id, update=upd))
+
+
+def assigns(out: list, peer: bytes | None = None) -> list[AssignWork]:
+    return [m for p, m in out if isinstance(m, AssignWork) and (peer is None or p == peer)]
+
+
+def updates(out: list) -> list[CandidateUpdate]:
+    return [m.update for _, m in out if isinstance(m, CandidateUpdateNotice)]
+
+
+@pytest.fixture
+def h() -> Harness:
+    harness = Harness()
+    harness.hello(CLIENT, "client", "c")
+    return harness
+
+
+def test_candidate_goes_validate_then_profile_and_updates_reach_the_submitter(h: Harness) -> None:
+    w1, w2 = h.worker("n1/cpu0"), h.worker("n1/cpu1")
+    pools = {w.name: w.pool for w in h.core.workers.values()}
+    assert sorted(pools.values()) == ["profile", "validate"]
+    validator = w1 if pools["n1/cpu0"] == "validate" else w2
+    profiler = w2 if validator == w1 else w1
+    out = h.submit("c1")
+    assert any(isinstance(m, SubmitAck) and m.accepted for _, m in out)
+    [a] = assigns(out, validator)
+    assert a.stage == "validate"
+    out = h.finish(validator, a)
+    assert [u.stage for u in updates(out)] == ["validate"]
+    [p] = assigns(out, profiler)
+    assert p.stage == "profile" and p.submission.candidate_id == "c1"
+    out = h.finish(profiler, p, speedup=3.0)
+    [u] = updates(out)
+    assert u.stage == "profile" and u.verdict.speedup == 3.0
+    stats = h.core.stats(h.now)
+    assert stats.requests_done == 2 and stats.feedback_latency_p50_s is not None
+
+
+def test_incorrect_candidate_is_not_profiled(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("bad"))
+    out = h.finish(w, a, correct=False)
+    assert not assigns(out) and h.core._total_queued() == 0
+
+
+def test_results_are_counted_once(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    first = h.finish(w, a)
+    again = h.finish(w, a)
+    assert len(updates(first)) == 1 and not updates(again)
+    assert any(isinstance(m, Ack) for _, m in again)   # the worker is acked either way
+    assert h.core.stats(h.now).duplicates_ignored == 1
+
+
+def test_resubmitting_a_known_candidate_queues_nothing_and_replays_its_verdicts(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    h.finish(w, a)
+    out = h.submit("c1", profile=False)
+    ack = [m for _, m in out if isinstance(m, SubmitAck)][0]
+    assert ack.duplicate and not assigns(out)
+    assert [u.candidate_id for u in updates(out)] == ["c1"]
+
+
+def test_lost_worker_request_runs_elsewhere_and_is_not_doubled(h: Harness) -> None:
+    w1 = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    w2 = h.worker("n2/cpu0")
+    out = h.send(b"node/n1/x", Hello(role="node", name="n1"))
+    out = h.send(b"node/n1/x", WorkerExited(name="n1/cpu0", exit_code=-9))
+    [again] = assigns(out, w2)
+    assert again.submission.candidate_id == "c1" and again.request_id != a.request_id
+    assert h.core.stats(h.now).requests_requeued == 1
+    assert len(updates(h.finish(w2, again))) == 1
+    # The dead worker's late answer (e.g. it was only cut off) changes nothing.
+    assert not updates(h.finish(w1, a))
+
+
+def test_silent_worker_is_declared_lost_after_the_peer_timeout(h: Harness) -> None:
+    w1 = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    w2 = h.worker("n2/cpu0")
+    h.advance(h.settings.peer_timeout_s / 2)
+    h.send(w2, Heartbeat())
+    h.send(CLIENT, Heartbeat())
+    h.advance(h.settings.peer_timeout_s / 2 + 0.1)
+    h.core.tick(h.now)
+    h.core.schedule(h.now)
+    [again] = assigns(h.core.outbox, w2)
+    assert again.submission.candidate_id == "c1"
+    assert w1 not in h.core.workers
+
+
+def test_a_request_that_kills_every_worker_fails_after_max_attempts(h: Harness) -> None:
+    node = b"node/n1/x"
+    h.send(node, Hello(role="node", name="n1"))
+    [a] = assigns(h.submit("poison", profile=False) or []) or [None]
+    assert a is None  # no worker yet
+    last = []
+    for i in range(h.settings.max_request_attempts):
+        peer = h.worker(f"n1/cpu{i}")
+        h.core.schedule(h.now)
+        last = h.send(node, WorkerExited(name=f"n1/cpu{i}", exit_code=-9))
+    [u] = updates(last)
+    assert "max_request_attempts" in (u.verdict.error or "")
+
+
+def test_cancel_drops_queued_and_stops_running_work(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    out = h.submit("c1")
+    [a] = assigns(out)
+    h.submit("c2")
+    h.submit("c3")
+    out = h.send(CLIENT, CancelJob(call_id=h.call_id(), job_id="j1"))
+    ack = [m for _, m in out if isinstance(m, Ack)][0]
+    assert ack.count == 2
+    assert [m.request_id for _, m in out if isinstance(m, CancelWork)] == [a.request_id]
+    dropped = updates(out)
+    assert sorted(u.candidate_id for u in dropped) == ["c2", "c3"] and all(u.cancelled for u in dropped)
+    # The running one reports "cancelled": no profiling follows, nothing new is assigned.
+    v = Verdict(stage="validate", error="cancelled")
+    out = h.send(w, WorkDone(call_id=h.call_id(), request_id=a.request_id, update=CandidateUpdate(
+        job_id="j1", candidate_id="c1", stage="validate", verdict=v, cancelled=True)))
+    assert not assigns(out) and h.core._total_queued() == 0
+
+
+def test_submissions_past_the_deadline_are_dropped_before_running(h: Harness) -> None:
+    h.submit("late", deadline=h.wall + 1.0, profile=False)
+    h.advance(2.0)
+    out = h.hello(b"worker/n1/cpu0/x", "worker", "n1/cpu0")
+    assert not assigns(out)
+    [u] = updates(out)
+    assert u.cancelled and "deadline" in (u.verdict.error or "")
+
+
+def test_queue_limit_refuses_with_the_setting_named() -> None:
+    h = Harness(max_queued_requests=2)
+    h.hello(CLIENT, "client", "c")
+    h.submit("a")
+    h.submit("b")
+    [ack] = [m for _, m in h.submit("c") if isinstance(m, SubmitAck)]
+    assert not ack.accepted and "max_queued_requests" in ack.reason
+
+
+def test_unregistered_and_unexpected_messages_get_errors(h: Harness) -> None:
+    [(_, err)] = h.send(b"stranger", Heartbeat())
+    assert isinstance(err, ErrorReply) and err.code == "unregistered"
+    upd = CandidateUpdate(job_id="j", candidate_id="c", stage="validate", verdict=Verdict())
+    [(_, err)] = h.send(CLIENT, WorkDone(call_id=7, request_id="r", update=upd))
+    assert isinstance(err, ErrorReply) and err.code == "unexpected" and err.ref == 7
+    [(_, err)] = h.send(b"x", Hello(role="wizard", name="x"))
+    assert err.code == "bad_role"
+    [(_, err)] = h.send(b"x", Hello(role="client", name="x", protocol_version=99))
+    assert err.code == "version"
+
+
+def test_direct_evaluation_replies_to_the_caller(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    sub = CandidateSubmission(job_id="", candidate_id="d", problem_name="p", problem_source=PROBLEM,
+                              candidate_source="x")
+    out = h.send(CLIENT, EvaluateRequest(call_id=41, submission=sub, stage="full"))
+    [a] = assigns(out)
+    assert a.stage == "full"
+    out = h.finish(w, a)
+    [reply] = [m for p, m in out if isinstance(m, EvaluateReply) and p == CLIENT]
+    assert reply.call_id == 41 and reply.update.verdict.correct
+
+
+def _drain_order(h: Harness, w: bytes, first: AssignWork) -> list[tuple[str, str]]:
+    order = []
+    current = first
+    while current is not None:
+        order.append((current.submission.candidate_id, current.stage))
+        out = h.finish(w, current, correct=current.submission.candidate_id.endswith("ok"))
+        nxt = assigns(out, w)
+        current = nxt[0] if nxt else None
+    return order
+
+
+def test_priority_deadline_first_then_profiling_then_oldest() -> None:
+    h = Harness(priority_rule=["deadline", "stage", "oldest"])
+    h.hello(CLIENT, "client", "c")
+    w = h.worker("n1/cpu0")
+    [blocker] = assigns(h.submit("blocker", job="z", profile=False))
+    h.submit("a1-ok", job="A", deadline=h.wall + 200, extracted_at=1.0)
+    h.submit("b1-ok", job="B", deadline=h.wall + 100, extracted_at=2.0)
+    h.submit("b2-bad", job="B", deadline=h.wall + 100, extracted_at=3.0)
+    h.submit("a2-bad", job="A", deadline=h.wall + 200, extracted_at=0.5)
+    order = _drain_order(h, w, blocker)
+    assert order == [
+        ("blocker", "validate"),
+        ("b1-ok", "validate"),
+        ("b1-ok", "profile"),      # the validated candidate's profiling before B's next validation
+        ("b2-bad", "validate"),
+        ("a2-bad", "validate"),    # then job A, oldest extraction first
+        ("a1-ok", "validate"),
+        ("a1-ok", "profile"),
+    ]
+
+
+def test_default_rule_keeps_a_worker_on_its_own_pool_first(h: Harness) -> None:
+    w = h.worker("n1/cpu0")            # the only worker: validation pool, lends to profiling
+    assert h.core.workers[w].pool == "validate"
+    [blocker] = assigns(h.submit("x-ok", extracted_at=1.0))
+    h.submit("y-bad", extracted_at=2.0)
+    order = _drain_order(h, w, blocker)
+    assert order == [("x-ok", "validate"), ("y-bad", "validate"), ("x-ok", "profile")]
+
+
+def test_static_pools_never_lend() -> None:
+    h = Harness(pool_mode="static", static_validate_workers=1)
+    h.hello(CLIENT, "client", "c")
+    v, p = h.worker("n1/cpu0"), h.worker("n1/cpu1")
+    assert h.core.workers[v].pool == "validate" and h.core.workers[p].pool == "profile"
+    [a] = assigns(h.submit("c1", profile=False))
+    out = h.submit("c2", profile=False)
+    assert not assigns(out)   # the profiler stays idle although validation work waits
+    assert h.core.workers[p].busy is None
+
+
+def _pool_sizes(h: Harness) -> dict[str, int]:
+    sizes = {"validate": 0, "profile": 0}
+    for w in h.core.workers.values():
+        sizes[w.future_pool] += 1
+    return sizes
+
+
+def test_elastic_pools_follow_a_changing_arrival_mix_with_hysteresis() -> None:
+    h = Harness(rebalance_interval_s=0.5, rate_window_s=5.0, lend_idle_workers=False, peer_timeout_s=1e6)
+    h.hello(CLIENT, "client", "c")
+    peers = [h.worker(f"n1/cpu{i}") for i in range(4)]
+    assert _pool_sizes(h) == {"validate": 2, "profile": 2}
+
+    def run_phase(correct: bool, validate_s: float, profile_s: float, seconds: float, tag: str) -> None:
+        n = 0
+        t_end = h.now + seconds
+        while h.now < t_end:
+            h.submit(f"{tag}{n}-{'ok' if correct else 'bad'}")
+            n += 1
+            for w in peers:
+                st = h.core.workers[w]
+                if st.busy is not None:
+                    need = validate_s if st.busy.stage == "validate" else profile_s
+                    if h.now - st.busy_since >= need:
+                        assign = AssignWork(request_id=st.busy.request_id, stage=st.busy.stage,
+                                            submission=st.busy.submission)
+                        h.finish(w, assign, correct=correct)
+            h.advance(0.05)
+            h.core.tick(h.now)
+            h.core.schedule(h.now)
+            h.core.outbox.clear()
+
+    # Only validations (every candidate fails): the validation pool takes all but one worker.
+    run_phase(correct=False, validate_s=0.15, profile_s=0.0, seconds=6.0, tag="v")
+    assert _pool_sizes(h) == {"validate": 3, "profile": 1}
+    moves = h.core.stats(h.now).reassignments
+    # Steady load: hysteresis keeps the split still.
+    run_phase(correct=False, validate_s=0.15, profile_s=0.0, seconds=3.0, tag="w")
+    assert h.core.stats(h.now).reassignments == moves
+    # Every candidate validates fast and profiles slowly: workers move to profiling.
+    run_phase(correct=True, validate_s=0.02, profile_s=0.5, seconds=8.0, tag="p")
+    assert _pool_sizes(h)["profile"] >= 3
+    # Never in the middle of a request: every move happened while idle or was deferred.
+    for st in h.core.workers.values():
+        assert st.pending_pool is None or st.busy is not None
+
+
+def test_job_lifecycle_with_reasoner_and_subscribers(h: Harness) -> None:
+    out = h.send(CLIENT, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J",
+                                                                      wall_time_s=60)))
+    assert h.core.actions == [("start_reasoner", "J")]
+    h.core.actions.clear()
+    reasoner = b"reasoner/J/x"
+    out = h.send(reasoner, Hello(role="reasoner", name="J"))
+    assert any(isinstance(m, JobEventNotice) and m.event.kind == "reasoner_started" for p, m in out if p == CLIENT)
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", job="J", peer=reasoner, profile=False))
+    assert a.submission.deadline is None and h.core.jobs["J"].live
+    out = h.finish(w, a)
+    assert [u.candidate_id for u in updates(out)] == ["c1"]
+    out = h.send(reasoner, ReportJobResult(call_id=h.call_id(), result=JobResult(job_id="J", status="succeeded")))
+    assert ("stop_reasoner", "J") in h.core.actions
+    finished = [m.event for p, m in out if isinstance(m, JobEventNotice) and p == CLIENT]
+    assert finished[-1].kind == "finished" and finished[-1].data["status"] == "succeeded"
+    # Late submissions to an ended job are refused; its status comes from the journal.
+    [ack] = [m for _, m in h.submit("c2", job="J", peer=reasoner) if isinstance(m, SubmitAck)]
+    assert not ack.accepted and "ended" in ack.reason
+    [(_, st)] = h.send(CLIENT, GetJob(call_id=h.call_id(), job_id="J"))
+    assert isinstance(st, JobStatusReply) and st.status.state == "finished" and st.status.updates == 1
+    # A late subscriber gets the whole history from the journal.
+    out = h.send(CLIENT, SubscribeJob(call_id=h.call_id(), job_id="J"))
+    kinds = [m.event.kind for _, m in out if isinstance(m, JobEventNotice)]
+    assert kinds[0] == "created" and kinds[-1] == "finished" and "verdict" in kinds
+
+
+def test_job_wall_time_is_enforced_after_the_grace(h: Harness) -> None:
+    h.send(CLIENT, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="T", wall_time_s=10)))
+    h.send(b"reasoner/T/x", Hello(role="reasoner", name="T"))
+    h.advance(10 + h.settings.job_grace_s + 1)
+    h.core.tick(h.now)
+    assert h.core.job_status("T").result.status == "timed_out"
+    assert "job_grace_s" in h.core.job_status("T").result.error
+
+
+def test_reasoner_that_never_registers_fails_the_job_naming_the_setting(h: Harness) -> None:
+    h.send(CLIENT, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="R")))
+    h.core.jobs["R"].reasoner_started = h.now
+    h.advance(h.settings.ready_timeout_s + 1)
+    h.core.tick(h.now)
+    result = h.core.job_status("R").result
+    assert result.status == "failed" and "ready_timeout_s" in result.error
+
+
+def test_restart_resumes_jobs_from_the_journal_without_losing_or_repeating(tmp_path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    h = Harness(Journal(path))
+    h.hello(CLIENT, "client", "c")
+    h.send(CLIENT, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
+    reasoner = b"reasoner/J/1"
+    h.send(reasoner, Hello(role="reasoner", name="J"))
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", job="J", peer=reasoner))
+    out = h.finish(w, a)                       # validated; its profiling is now queued or running
+    p = assigns(out)[0]
+    h.submit("c2", job="J", peer=reasoner)     # queued behind
+    h.journal.close()
+
+    # A new scheduler process on the same journal.
+    h2 = Harness(Journal(path))
+    assert h2.core.actions == [("start_reasoner", "J")]
+    assert h2.core.jobs["J"].attempts == 2
+    queued = sorted((r.key[1], r.stage) for q in h2.core.queues.values() for r in q.items())
+    assert queued == [("c1", "profile"), ("c2", "validate")]
+    # The old worker was still profiling c1: it says so on Hello and keeps it (nothing runs twice).
+    w_again = b"worker/n1/cpu0/x"
+    h2.send(w_again, Hello(role="worker", name="n1/cpu0", node="n1", busy_request_id=p.request_id,
+                           busy_key=["J", "c1", "profile"]))
+    queued = sorted((r.key[1], r.stage) for q in h2.core.queues.values() for r in q.items())
+    assert queued == [("c2", "validate")]
+    # The resumed reasoner submits c1 again: answered from the journal, not evaluated again.
+    r2 = b"reasoner/J/2"
+    h2.send(r2, Hello(role="reasoner", name="J"))
+    out = h2.submit("c1", job="J", peer=r2)
+    assert [(u.candidate_id, u.stage) for u in updates(out)] == [("c1", "validate")]
+    out = h2.finish(w_again, p)
+    assert [(u.candidate_id, u.stage) for u in updates(out)] == [("c1", "profile")]
+    status = h2.core.job_status("J")
+    assert status.updates == 2 and status.candidates == 2
