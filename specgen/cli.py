@@ -15,6 +15,7 @@ from specgen.errors import UsageError
 COMMAND_MODULES = [
     "specgen.eval.commands",
     "specgen.runtime.commands",
+    "specgen.optimize.commands",
 ]
 
 

@@ -197,6 +197,17 @@ class CandidateRecord(msgspec.Struct, kw_only=True):
         return final.verdict.speedup
 
 
+class ReasoningRecord(msgspec.Struct, kw_only=True):
+    """One reasoning stream (an iteration has one, or n in best-of-n)."""
+
+    request_id: str
+    iteration: int
+    started_at: float
+    finished_at: float | None = None
+    tokens: int = 0
+    finish_reason: str | None = None        # "stop" | "length" | "abort" | "error"
+
+
 class IterationRecord(msgspec.Struct, kw_only=True):
     index: int
     started_at: float
@@ -257,6 +268,7 @@ class OptimizeResult(msgspec.Struct, kw_only=True):
     cpu_timing: bool = True                 # the best kernel's timing is a CPU timing
     spec: OptimizeSpec | None = None
     iterations: list[IterationRecord] = []
+    reasoning: list[ReasoningRecord] = []
     forks: list[ForkRecord] = []
     candidates: list[CandidateRecord] = []
     metrics: JobMetrics = msgspec.field(default_factory=JobMetrics)

@@ -102,7 +102,8 @@ def extract_fork_candidate(text: str, *, opened_fence: bool) -> str | None:
     evaluation says what is wrong, and that goes back to the model as feedback. A complete
     ModelNew block of its own later in the text wins over the opened block.
     """
-    if not opened_fence:
+    if not opened_fence or _FENCE.match(text.lstrip("\n").split("\n", 1)[0]):
+        # No fence left open, or the model opened one of its own anyway.
         return extract_candidate(text, accept_unclosed=True)
     blocks = find_code_blocks("```python\n" + text)
     programs = [b for b in blocks if b.is_candidate]

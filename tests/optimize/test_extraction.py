@@ -55,6 +55,8 @@ def test_fork_text_in_an_opened_fence_is_the_answer_even_if_broken() -> None:
     # A complete ModelNew block written after closing the opened one wins.
     text = "x = 1\n```\nLet me restate:\n" + fenced(SECOND)
     assert extract_fork_candidate(text, opened_fence=True) == SECOND
+    # The model opened a fence of its own although the prompt had opened one.
+    assert extract_fork_candidate("```python\n" + FIRST, opened_fence=True) == FIRST
 
 
 def test_scanner_reports_each_block_once_whatever_the_delta_split() -> None:

@@ -1,0 +1,319 @@
+"""`specgen optimize [PROBLEM.py] [--llm replay|vllm|openai] ...`: run one optimize job.
+
+With no problem and no engine it replays the bundled hand-written trace of a bundled problem, and
+says so; the kernels in the trace are validated and profiled for real, on the local GPUs if there
+are any, else on CPU workers (Triton under its interpreter, timings labelled CPU timings).
+Evaluation runs through the actor runtime (a local scheduler and node with its workers) unless
+`--evaluation inprocess` asks for the single-process backend.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgen.errors import UsageError
+
+LLMS = ("replay", "vllm", "openai")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from specgen.optimize.modes import MODES
+
+    parser = subparsers.add_parser(
+        "optimize", help="optimize a problem's kernel with a reasoning LLM and speculative forks",
+        description="Ask a reasoning LLM for a faster ModelNew; fork candidate kernels from its "
+                    "reasoning while it thinks, validate and profile them in parallel, stop when "
+                    "one is good enough. With no problem and no engine: a bundled problem replayed "
+                    "from its bundled hand-written trace.")
+    parser.add_argument("problem", nargs="?",
+                        help="KernelBench-format problem file (default: a bundled example)")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--llm", choices=LLMS, default=None,
+                        help="replay a trace, vLLM in this process, or an OpenAI-compatible server "
+                             "(default: replay of the bundled trace)")
+    engine.add_argument("--trace", help="trace file to replay (implies --llm replay)")
+    engine.add_argument("--speed", type=float, default=1.0,
+                        help="replay time scale: 2 replays twice as fast (default 1)")
+    engine.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    engine.add_argument("--model", help="model directory (vllm) or served model name (openai)")
+    engine.add_argument("--tokenizer", help="tokenizer directory (default: --model for vllm; "
+                                            "required for openai)")
+    job = parser.add_argument_group("job")
+    job.add_argument("--mode", choices=MODES, default="specgen")
+    job.add_argument("--time-budget", type=float, default=None, metavar="S",
+                     help="wall-time budget in seconds")
+    job.add_argument("--token-budget", type=int, default=None, metavar="N",
+                     help="budget of reasoning + fork tokens")
+    job.add_argument("--max-iterations", type=int, default=None, metavar="N",
+                     help="iterations (default 4; a replayed trace: its number of iterations)")
+    job.add_argument("--target-speedup", type=float, default=None, metavar="X",
+                     help="a correct kernel this much faster than the reference ends the job")
+    job.add_argument("--margin", type=float, default=0.1,
+                     help="a kernel beating the ones before it by this fraction ends the "
+                          "iteration (default 0.1)")
+    job.add_argument("--best-of", type=int, default=4, metavar="N",
+                     help="reasoning streams per iteration in best-of-n mode (default 4)")
+    job.add_argument("--fork-max-tokens", type=int, default=4096)
+    job.add_argument("--reasoning-max-tokens", type=int, default=32768)
+    ablation = parser.add_argument_group("ablations (specgen mode)")
+    ablation.add_argument("--no-forking", action="store_true")
+    ablation.add_argument("--no-early-termination", action="store_true")
+    ablation.add_argument("--no-inline-candidates", action="store_true")
+    ablation.add_argument("--no-load-aware", action="store_true")
+    ablation.add_argument("--static-pools", action="store_true",
+                          help="fixed validation/profiling pools instead of elastic ones")
+    evaluation = parser.add_argument_group("evaluation")
+    evaluation.add_argument("--evaluation", choices=("runtime", "inprocess"), default="runtime",
+                            help="through a local scheduler and node (default) or in this process")
+    evaluation.add_argument("--devices", default=None,
+                            help="comma-separated cpu / cuda:N workers (default: every GPU, else "
+                                 "one CPU worker per core, at most 4)")
+    evaluation.add_argument("--timing-trials", type=int, default=None,
+                            help="timed calls per model (evaluation default 50)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output directory (default: specgen-runs/PROBLEM-MODE-TIME)")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.set_defaults(func=run_optimize)
+
+
+# ---------------------------------------------------------------------------------- choices
+
+@dataclass
+class _Plan:
+    """What a command line resolves to, before anything starts."""
+
+    problem_path: Path = Path()
+    problem_name: str = ""
+    llm: str = ""
+    trace_path: Path | None = None
+    notice: str = ""                           # said before the run, e.g. that a trace is replayed
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    from specgen.optimize.bundled import DEFAULT_PROBLEM, bundled_problem, bundled_trace
+
+    plan = _Plan()
+    if args.trace and args.llm not in (None, "replay"):
+        raise UsageError(f"--trace replays a recorded trace; it cannot go with --llm {args.llm}")
+    llm = "replay" if args.trace else args.llm
+    if args.problem is None:
+        if llm not in (None, "replay"):
+            raise UsageError(f"--llm {llm} needs a PROBLEM.py to optimize")
+        plan.problem_path = bundled_problem(DEFAULT_PROBLEM)
+    else:
+        plan.problem_path = Path(args.problem)
+        if not plan.problem_path.is_file():
+            raise UsageError(f"problem file {args.problem} not found")
+    plan.problem_name = plan.problem_path.stem
+    plan.llm = llm or "replay"
+    if plan.llm == "replay":
+        if args.trace:
+            plan.trace_path = Path(args.trace)
+            if not plan.trace_path.is_file():
+                raise UsageError(f"trace file {args.trace} not found")
+        else:
+            plan.trace_path = bundled_trace(plan.problem_name)
+            if plan.trace_path is None:
+                raise UsageError(
+                    f"no engine configured and no bundled trace for {plan.problem_name}: pass "
+                    f"--llm vllm --model DIR, --llm openai --base-url URL --model NAME "
+                    f"--tokenizer DIR, or --trace FILE")
+            what = "bundled problem" if args.problem is None else "problem"
+            plan.notice = (f"No engine configured: replaying the bundled hand-written trace "
+                           f"{plan.trace_path.name} for the {what} {plan.problem_name} "
+                           f"(--llm vllm|openai runs a live model).")
+    elif plan.llm == "vllm":
+        if not args.model:
+            raise UsageError("--llm vllm needs --model DIR (a local model directory)")
+    elif plan.llm == "openai":
+        missing = [flag for flag, value in (("--base-url", args.base_url), ("--model", args.model),
+                                            ("--tokenizer", args.tokenizer)) if not value]
+        if missing:
+            raise UsageError(f"--llm openai needs {', '.join(missing)}")
+    return plan
+
+
+def _make_engine(plan: _Plan, args: argparse.Namespace):  # -> Engine
+    if plan.llm == "replay":
+        from specgen.optimize.trace_replay import IterationReplayEngine
+
+        assert plan.trace_path is not None
+        if not args.speed > 0:
+            raise UsageError(f"--speed must be > 0, got {args.speed}")
+        return IterationReplayEngine(plan.trace_path, speed=args.speed, tokenizer=args.tokenizer)
+    if plan.llm == "vllm":
+        from specgen.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(args.model, tokenizer=args.tokenizer)
+    from specgen.engines.openai_http import OpenAICompatEngine
+
+    return OpenAICompatEngine(args.base_url, args.model, tokenizer=args.tokenizer)
+
+
+def _default_devices() -> list[str]:
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        gpus = 0
+    if gpus:
+        return [f"cuda:{i}" for i in range(gpus)]
+    return ["cpu"] * max(1, min(4, os.cpu_count() or 1))
+
+
+def _devices(args: argparse.Namespace) -> list[str]:
+    if not args.devices:
+        return _default_devices()
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    for device in devices:
+        if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
+            raise UsageError(f"--devices: {device!r} is neither cpu nor cuda:N")
+    if not devices:
+        raise UsageError("--devices names no device")
+    return devices
+
+
+@contextlib.asynccontextmanager
+async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
+                             eval_options: dict[str, Any]) -> AsyncIterator[Any]:
+    """An EvaluationBackend over `devices`, up for the duration of the block."""
+    if kind == "runtime":
+        from specgen.runtime.local import LocalCluster
+        from specgen.runtime.settings import RuntimeSettings
+
+        settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
+                                   eval_options=dict(eval_options))
+        cluster = LocalCluster(devices=devices, settings=settings)
+        await asyncio.to_thread(cluster.start)
+        try:
+            yield cluster.backend()
+        finally:
+            await asyncio.to_thread(cluster.stop)
+        return
+    from specgen.eval.local_backend import LocalEvaluationBackend
+    from specgen.eval.options import EvalOptions
+    from specgen.eval.worker import EvalWorker
+
+    with tempfile.TemporaryDirectory(prefix="specgen-optimize-") as scratch:
+        workers = [EvalWorker(device=device, work_dir=Path(scratch) / f"worker{i}",
+                              options=EvalOptions(**eval_options), name=f"inprocess/{device}#{i}")
+                   for i, device in enumerate(devices)]
+        try:
+            for worker in workers:
+                await asyncio.to_thread(worker.start)
+            backend = LocalEvaluationBackend(workers)
+            try:
+                yield backend
+            finally:
+                await backend.close()
+        finally:
+            for worker in workers:
+                worker.close()
+
+
+# ---------------------------------------------------------------------------------- running
+
+def _spec(plan: _Plan, args: argparse.Namespace, engine: Any):  # -> OptimizeSpec
+    from specgen.messages import OptimizeSpec
+
+    max_iterations = args.max_iterations
+    if max_iterations is None:
+        trace = getattr(engine, "trace", None)
+        max_iterations = len(trace.iterations) if trace is not None else 4
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return OptimizeSpec(
+        job_id=f"{plan.problem_name}-{args.mode}-{stamp}",
+        problem_name=plan.problem_name,
+        problem_source=plan.problem_path.read_text(),
+        mode=args.mode,
+        time_budget_s=args.time_budget,
+        token_budget=args.token_budget,
+        max_iterations=max_iterations,
+        target_speedup=args.target_speedup,
+        improvement_margin=args.margin,
+        best_of_n=args.best_of,
+        fork_max_tokens=args.fork_max_tokens,
+        reasoning_max_tokens=args.reasoning_max_tokens,
+        forking=not args.no_forking,
+        early_termination=not args.no_early_termination,
+        inline_candidates=not args.no_inline_candidates,
+        load_aware=not args.no_load_aware,
+        elastic_pools=not args.static_pools,
+    )
+
+
+def run_optimize(args: argparse.Namespace) -> int:
+    from specgen.messages import OptimizeEvent
+    from specgen.optimize.loop import run_job
+    from specgen.optimize.modes import Mechanisms, check_spec
+    from specgen.optimize.outputs import RunWriter
+    from specgen.optimize.progress import ProgressDisplay
+
+    plan = _plan(args)
+    devices = _devices(args)
+    engine = _make_engine(plan, args)
+    spec = _spec(plan, args, engine)
+    check_spec(spec)
+    out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
+    writer = RunWriter(out_dir)
+    display = None if args.quiet else ProgressDisplay(sys.stderr)
+    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    if plan.notice:
+        say(plan.notice)
+    on_cpu = all(d == "cpu" for d in devices)
+    say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
+        + (" (CPU: Triton runs under its interpreter; timings are CPU timings)" if on_cpu else ""))
+
+    def emit(event: OptimizeEvent) -> None:
+        writer(event)
+        if display is not None:
+            display(event)
+
+    eval_options: dict[str, Any] = {}
+    if args.timing_trials is not None:
+        eval_options["timing_trials"] = args.timing_trials
+
+    async def main():  # -> OptimizeResult
+        elastic = Mechanisms.of(spec).elastic_pools
+        async with evaluation_backend(args.evaluation, devices, elastic=elastic,
+                                      eval_options=eval_options) as backend:
+            try:
+                return await run_job(spec, engine, backend, emit)
+            finally:
+                await engine.close()
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        writer.close()
+        if display is not None:
+            display.close()
+    written = writer.finish(result)
+    _summary(result, written, say if not args.quiet else (lambda text: print(text)))
+    return 0 if result.status != "failed" else 1
+
+
+def _summary(result: Any, written: dict[str, Path], say: Callable[[str], None]) -> None:
+    metrics = result.metrics
+    best = (f"{result.best_speedup:.3g}x ({result.best_candidate_id}"
+            + (", CPU timing" if result.cpu_timing else "") + ")"
+            if result.best_speedup is not None else "no correct kernel")
+    say(f"{result.mode}: {result.status} ({result.stop_reason}) after {metrics.end_to_end_s:.1f} s")
+    say(f"  best: {best}; {metrics.iterations} iteration(s), {metrics.total_tokens:,} tokens "
+        f"({metrics.reasoning_tokens:,} reasoning + {metrics.fork_tokens:,} fork), "
+        f"{metrics.forks} forks, {metrics.candidates} candidates ({metrics.duplicates} duplicates "
+        f"skipped), {metrics.validated} validated, {metrics.profiled} profiled")
+    if result.error:
+        say(f"  error: {result.error}")
+    for name, path in written.items():
+        say(f"  {name}: {path}")

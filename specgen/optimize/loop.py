@@ -1,0 +1,777 @@
+"""The optimize loop: iterations of reasoning, speculative forks, parallel evaluation, feedback.
+
+One job runs as a handful of asyncio tasks: the iteration driver (which streams the reasoning and
+decides at each delta whether to fork), one task per fork in flight, one task consuming evaluation
+updates, and a watchdog for the wall-time budget. Candidates are submitted to the evaluation
+backend the moment they are extracted; every final verdict is shown to the termination criterion.
+When the job stops (target reached, a budget spent, iterations done, or an error) every generation
+in flight is aborted at the engine and every evaluation still queued or running for the job is
+cancelled at the backend before `run_job` returns.
+
+Token budgets are enforced per delta: a job may overshoot by at most the tokens of one delta per
+stream in flight.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
+from specgen.messages import (
+    CandidateRecord,
+    CandidateSubmission,
+    CandidateUpdate,
+    ForkRecord,
+    IterationRecord,
+    JobProgress,
+    OptimizeEvent,
+    OptimizeResult,
+    OptimizeSpec,
+    ReasoningRecord,
+)
+from specgen.optimize import prompts
+from specgen.optimize.backend import BackendLoad, EvaluationBackend
+from specgen.optimize.dedup import Deduplicator
+from specgen.optimize.extraction import extract_candidate, extract_fork_candidate
+from specgen.optimize.fork_prompt import FORK_STOP, ForkPromptBuilder
+from specgen.optimize.metrics import compute_metrics
+from specgen.optimize.modes import Mechanisms, check_spec
+from specgen.optimize.termination import (
+    JobStanding,
+    TerminationCriterion,
+    VerdictView,
+    default_criterion,
+)
+from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
+
+log = logging.getLogger(__name__)
+
+EmitFn = Callable[[OptimizeEvent], None]
+PolicyFactory = Callable[[], TriggerPolicy]
+
+# Verdict statuses after which a candidate needs nothing more from the backend.
+_FINAL = {"failed", "incorrect", "correct", "cancelled", "duplicate", "lost"}
+
+
+async def run_job(
+    spec: OptimizeSpec,
+    engine: Engine,
+    backend: EvaluationBackend,
+    emit: EmitFn | None = None,
+    *,
+    trigger_policy: PolicyFactory | None = None,
+    criterion: TerminationCriterion | None = None,
+) -> OptimizeResult:
+    """Run one optimize job to its end and return the best correct kernel with the full history.
+
+    `trigger_policy` (a factory: one fresh policy per reasoning stream) and `criterion` replace the
+    ones the spec describes, for experiments with other policies.
+    """
+    job = OptimizeJob(spec, engine, backend, emit, trigger_policy=trigger_policy,
+                      criterion=criterion)
+    return await job.run()
+
+
+@dataclass
+class _ReasoningOutcome:
+    text: str
+    ids: list[int]
+    finish_reason: str | None
+    answer_start: int | None          # offset of the think-end tag in `text`, when it came
+
+
+@dataclass
+class _IterationState:
+    record: IterationRecord
+    prompt_ids: list[int] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_reason: str = ""
+    last_fork_position: int = 0
+    fork_tasks: set[asyncio.Task] = field(default_factory=set)
+    forks: list[ForkRecord] = field(default_factory=list)
+    candidate_ids: list[str] = field(default_factory=list)
+    running: bool = True
+
+
+class OptimizeJob:
+    """One job's state; `run_job` is the way in."""
+
+    def __init__(self, spec: OptimizeSpec, engine: Engine, backend: EvaluationBackend,
+                 emit: EmitFn | None = None, *, trigger_policy: PolicyFactory | None = None,
+                 criterion: TerminationCriterion | None = None) -> None:
+        check_spec(spec)
+        self.spec = spec
+        self.engine = engine
+        self.backend = backend
+        self._emit_fn = emit
+        self.mechanisms = Mechanisms.of(spec)
+        self._policy_factory = trigger_policy or (lambda: build_trigger_policy(
+            spec.triggers, forking=self.mechanisms.forking,
+            inline_candidates=self.mechanisms.inline_candidates,
+            load_aware=self.mechanisms.load_aware))
+        self.criterion = criterion or default_criterion(spec.target_speedup,
+                                                        spec.improvement_margin)
+        self.fork_prompts = ForkPromptBuilder(engine)
+        self.dedup = Deduplicator()
+
+        self.candidates: dict[str, CandidateRecord] = {}
+        self.forks: list[ForkRecord] = []
+        self.iterations: list[IterationRecord] = []
+        self.reasoning: list[ReasoningRecord] = []
+        self._iteration_states: list[_IterationState] = []
+        self.best: CandidateRecord | None = None
+        self.reasoning_tokens = 0
+        self.fork_tokens = 0
+        self.forks_skipped = 0
+        self.workers_seen = 0
+        self.recent_fork_yields: list[bool] = []
+        self.no_candidate_notes: list[str] = []
+
+        self.status: str | None = None
+        self.stop_reason = ""
+        self.error: str | None = None
+        self.target_reason: str | None = None
+        self.job_stop = asyncio.Event()
+        self._verdicts = asyncio.Condition()
+        self._active_requests: set[str] = set()
+        self._submit_tasks: set[asyncio.Task] = set()
+        self._fork_count = 0
+        self._candidate_count = 0
+        self.started_at = 0.0
+        self._t0 = 0.0
+
+    # ------------------------------------------------------------------------------ running
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    async def run(self) -> OptimizeResult:
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+        self._emit("job_started", reason=f"mode {self.spec.mode}; speculation: "
+                                         f"{self.mechanisms.describe()}")
+        try:
+            await self.engine.start()
+        except EngineError as exc:
+            self._fail(f"engine {self.engine.name} did not start: {exc}")
+        consumer = asyncio.create_task(self._consume_updates(), name=f"{self.job_id}-updates")
+        watchdog = asyncio.create_task(self._watch_time(), name=f"{self.job_id}-watchdog")
+        main = asyncio.create_task(self._iterate(), name=f"{self.job_id}-iterations")
+        stop_wait = asyncio.create_task(self.job_stop.wait())
+        try:
+            await asyncio.wait({main, stop_wait, consumer}, return_when=asyncio.FIRST_COMPLETED)
+            if consumer.done() and not main.done() and not self.job_stop.is_set():
+                exc = consumer.exception() if not consumer.cancelled() else None
+                self._fail(f"the evaluation backend's update stream ended: {exc!r}")
+            if main.done() and not main.cancelled() and main.exception() is not None:
+                exc = main.exception()
+                if isinstance(exc, EngineError):
+                    self._fail(f"engine {self.engine.name}: {exc}")
+                else:
+                    log.error("optimize job %s failed:\n%s", self.job_id,
+                              "".join(traceback.format_exception(exc)))
+                    self._fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            await self._shutdown(main, consumer, watchdog, stop_wait)
+        result = self._result()
+        self._emit("job_finished", reason=f"{result.status}: {result.stop_reason}")
+        return result
+
+    async def _iterate(self) -> None:
+        for index in range(self.spec.max_iterations):
+            if self.job_stop.is_set():
+                return
+            state = self._begin_iteration(index)
+            mode = self.spec.mode
+            if mode == "best-of-n":
+                await self._run_best_of_n(state)
+            else:
+                await self._run_single(state, speculate=(mode == "specgen"),
+                                       wait_for_feedback=(mode != "pipeline"))
+            self._end_iteration(state)
+            if self.target_reason is not None:
+                self._stop_job("target_reached", self.target_reason)
+                return
+        # Verdicts still owed (pipeline's last candidates, or speculative ones) may hold the best.
+        await self._wait_for_verdicts(list(self.candidates), self.job_stop)
+        if self.target_reason is not None:
+            self._stop_job("target_reached", self.target_reason)
+        else:
+            self._stop_job("iterations_done", f"{self.spec.max_iterations} iterations done")
+
+    # ------------------------------------------------------------------------------ iterations
+
+    def _begin_iteration(self, index: int) -> _IterationState:
+        best = self.best.speedup if self.best is not None else None
+        user = prompts.user_prompt(self.spec.problem_source, list(self.candidates.values()),
+                                   self.best, notes=self.no_candidate_notes)
+        messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
+                    {"role": "user", "content": user}]
+        record = IterationRecord(index=index, started_at=time.time(),
+                                 baseline_speedup=max(1.0, best or 0.0), prompt=user)
+        pin = getattr(self.engine, "pin_iteration", None)
+        if pin is not None:
+            # A replayed trace: every reasoning stream of this iteration replays its recording.
+            pin(index)
+        state = _IterationState(record=record, prompt_ids=self.engine.chat_prompt_ids(messages))
+        record.prompt_tokens = len(state.prompt_ids)
+        self.iterations.append(record)
+        self._iteration_states.append(state)
+        self._emit("iteration_started", iteration=index,
+                   reason=f"baseline {record.baseline_speedup:.2f}x, "
+                          f"{record.prompt_tokens} prompt tokens")
+        return state
+
+    def _end_iteration(self, state: _IterationState) -> None:
+        state.running = False
+        record = state.record
+        record.finished_at = time.time()
+        if not record.stop_reason:
+            record.stop_reason = state.stop_reason or "reasoning finished"
+        if not state.candidate_ids:
+            self.no_candidate_notes.append(
+                f"Iteration {record.index + 1} produced no complete ```python block defining "
+                f"ModelNew (reasoning ended: {record.finish_reason or 'aborted'}).")
+        self._emit("iteration_finished", iteration=record.index, reason=record.stop_reason)
+
+    async def _run_single(self, state: _IterationState, *, speculate: bool,
+                          wait_for_feedback: bool) -> None:
+        """One reasoning stream; forks while it runs when `speculate`."""
+        request_id = f"{self.job_id}/it{state.record.index}/reason"
+        outcome = await self._until_stopped(
+            state, self._reason(state, request_id, speculate, seed=self.spec.seed))
+        if outcome is None:
+            return
+        self._submit_final(state, request_id, outcome)
+        if not wait_for_feedback:
+            state.stop_reason = "reasoning finished; next iteration without waiting for verdicts"
+            return
+        # Forks still writing may yet give candidates; then every candidate of the iteration
+        # needs its verdict before the next prompt is written.
+        if state.fork_tasks:
+            await self._until_stopped(state, asyncio.gather(*state.fork_tasks,
+                                                            return_exceptions=True))
+        if not state.stop.is_set():
+            await self._wait_for_verdicts(state.candidate_ids, state.stop)
+
+    async def _run_best_of_n(self, state: _IterationState) -> None:
+        """n independent reasoning streams; each one's answer is evaluated when it ends."""
+        async def one(sample: int) -> None:
+            request_id = f"{self.job_id}/it{state.record.index}/reason{sample}"
+            seed = None if self.spec.seed is None else self.spec.seed + sample
+            outcome = await self._reason(state, request_id, speculate=False, seed=seed)
+            self._submit_final(state, request_id, outcome)
+
+        await self._until_stopped(
+            state, asyncio.gather(*(one(i) for i in range(self.spec.best_of_n))))
+        if not state.stop.is_set():
+            await self._wait_for_verdicts(state.candidate_ids, state.stop)
+
+    async def _until_stopped(self, state: _IterationState, awaitable):
+        """Await `awaitable` unless the iteration is stopped first; then abort what it runs."""
+        work = asyncio.ensure_future(awaitable)
+        stopped = asyncio.create_task(state.stop.wait())
+        try:
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if work.done():
+            return work.result()
+        state.record.stop_reason = state.stop_reason
+        await self._abort_iteration(state)
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, EngineError):
+            await work
+        return None
+
+    async def _abort_iteration(self, state: _IterationState) -> None:
+        """Abort the iteration's reasoning streams and forks at the engine."""
+        requests = [r for r in self._active_requests if r.startswith(
+            f"{self.job_id}/it{state.record.index}/")]
+        await asyncio.gather(*(self.engine.abort(r) for r in requests), return_exceptions=True)
+        for task in state.fork_tasks:
+            task.cancel()
+        if state.fork_tasks:
+            await asyncio.gather(*state.fork_tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------------------ reasoning
+
+    def _reasoning_params(self, seed: int | None) -> GenerationParams:
+        return GenerationParams(max_tokens=self.spec.reasoning_max_tokens,
+                                temperature=self.spec.temperature, top_p=self.spec.top_p,
+                                seed=seed)
+
+    async def _reason(self, state: _IterationState, request_id: str, speculate: bool,
+                      seed: int | None) -> _ReasoningOutcome:
+        policy = self._policy_factory() if speculate else None
+        think_end = self.engine.think_end
+        ids: list[int] = []
+        text = ""
+        answer_start: int | None = None
+        finish_reason: str | None = None
+        record = state.record
+        record.request_ids.append(request_id)
+        stream_record = ReasoningRecord(request_id=request_id, iteration=record.index,
+                                        started_at=time.time())
+        self.reasoning.append(stream_record)
+        self._active_requests.add(request_id)
+        stream = self.engine.reason(request_id, state.prompt_ids, self._reasoning_params(seed))
+        try:
+            async with _closing(stream):
+                async for delta in stream:
+                    previous_tokens, previous_len = len(ids), len(text)
+                    ids.extend(delta.token_ids)
+                    text += delta.text
+                    stream_record.tokens += len(delta.token_ids)
+                    record.reasoning_tokens += len(delta.token_ids)
+                    self.reasoning_tokens += len(delta.token_ids)
+                    if answer_start is None:
+                        found = text.find(think_end, max(0, previous_len - len(think_end)))
+                        if found >= 0:
+                            answer_start = found
+                        elif policy is not None:
+                            self._at_delta(state, policy, request_id, ids, text, previous_len,
+                                           previous_tokens)
+                    self._check_token_budget()
+                    if delta.finished:
+                        finish_reason = delta.finish_reason
+                        break
+        except asyncio.CancelledError:
+            stream_record.finish_reason = "abort"
+            raise
+        except EngineError:
+            stream_record.finish_reason = "error"
+            raise
+        finally:
+            self._active_requests.discard(request_id)
+            stream_record.finished_at = time.time()
+            stream_record.finish_reason = stream_record.finish_reason or finish_reason
+        if finish_reason == "error":
+            raise EngineError(f"reasoning stream {request_id} ended with an error")
+        if policy is not None and answer_start is None:
+            for source in policy.finish(text):
+                self._new_candidate(state, source, "inline", request_id, len(ids))
+        record.finish_reason = finish_reason
+        record.reasoning_finished_at = time.time()
+        self._emit("reasoning_finished", iteration=record.index, request_id=request_id,
+                   position=len(ids), reason=finish_reason or "")
+        return _ReasoningOutcome(text, ids, finish_reason, answer_start)
+
+    def _submit_final(self, state: _IterationState, request_id: str,
+                      outcome: _ReasoningOutcome) -> None:
+        answer = outcome.text if outcome.answer_start is None else outcome.text[outcome.answer_start:]
+        source = extract_candidate(answer)
+        if source is not None:
+            self._new_candidate(state, source, "final", request_id, len(outcome.ids))
+
+    def _at_delta(self, state: _IterationState, policy: TriggerPolicy, request_id: str,
+                  ids: list[int], text: str, previous_len: int, previous_tokens: int) -> None:
+        position = len(ids)
+        ctx = TriggerContext(
+            iteration=state.record.index,
+            reasoning_tokens=position,
+            text=text,
+            new_text_start=previous_len,
+            previous_tokens=previous_tokens,
+            tokens_since_last_fork=position - state.last_fork_position,
+            forks_this_iteration=len(state.forks),
+            forks_in_flight=sum(1 for f in state.forks if f.finished_at is None),
+            recent_fork_yields=self.recent_fork_yields,
+            load_probe=self._load,
+        )
+        decision = policy.decide(ctx)
+        if decision is None:
+            return
+        for source in decision.inline_candidates:
+            self._new_candidate(state, source, "inline", request_id, position)
+        if decision.skipped_by is not None:
+            self.forks_skipped += 1
+            self._emit("fork_skipped", iteration=state.record.index, position=position,
+                       reason=f"{decision.firing.trigger} ({decision.firing.reason}) vetoed by "
+                              f"{decision.skipped_by}")
+        elif decision.fork and not state.stop.is_set() and not self.job_stop.is_set():
+            self._start_fork(state, ids[:], position,
+                             f"{decision.firing.trigger}: {decision.firing.reason}")
+
+    def _load(self) -> BackendLoad:
+        load = self.backend.load()
+        self.workers_seen = max(self.workers_seen,
+                                load.validation_workers + load.profiling_workers)
+        return load
+
+    # ------------------------------------------------------------------------------ forks
+
+    def _start_fork(self, state: _IterationState, reasoning_ids: list[int], position: int,
+                    trigger: str) -> None:
+        request_id = f"{self.job_id}/it{state.record.index}/fork{self._fork_count}"
+        self._fork_count += 1
+        fork = ForkRecord(request_id=request_id, iteration=state.record.index, position=position,
+                          trigger=trigger, started_at=time.time())
+        state.forks.append(fork)
+        state.last_fork_position = position
+        self.forks.append(fork)
+        task = asyncio.create_task(self._fork(state, fork, reasoning_ids), name=request_id)
+        state.fork_tasks.add(task)
+        task.add_done_callback(state.fork_tasks.discard)
+        self._emit("fork_started", iteration=state.record.index, request_id=request_id,
+                   position=position, reason=trigger)
+
+    async def _fork(self, state: _IterationState, fork: ForkRecord,
+                    reasoning_ids: list[int]) -> None:
+        params = GenerationParams(max_tokens=self.spec.fork_max_tokens, temperature=0.0,
+                                  stop=list(FORK_STOP))
+        opened = self.fork_prompts.opens_fence
+        text = ""
+        self._active_requests.add(fork.request_id)
+        stream = self.engine.fork(fork.request_id, state.prompt_ids, reasoning_ids,
+                                  self.fork_prompts.suffix_ids(), params)
+        try:
+            async with _closing(stream):
+                async for delta in stream:
+                    if fork.prompt_tokens is None and delta.num_prompt_tokens is not None:
+                        fork.prompt_tokens = delta.num_prompt_tokens
+                    if fork.cached_tokens is None and delta.num_cached_tokens is not None:
+                        fork.cached_tokens = delta.num_cached_tokens
+                    fork.tokens += len(delta.token_ids)
+                    self.fork_tokens += len(delta.token_ids)
+                    text += delta.text
+                    self._check_token_budget()
+                    if delta.finished:
+                        fork.finish_reason = delta.finish_reason
+                        break
+                    if opened and "\n```" in text[-(len(delta.text) + 4):]:
+                        # The program is complete; whatever the engine would write after the
+                        # fence is not needed.
+                        fork.finish_reason = "stop"
+                        await self.engine.abort(fork.request_id)
+                        break
+        except asyncio.CancelledError:
+            fork.outcome, fork.finish_reason = "aborted", "abort"
+            fork.finished_at = time.time()
+            self._fork_done(state, fork, produced=False)
+            raise
+        except EngineError as exc:
+            fork.outcome, fork.finish_reason = "error", "error"
+            fork.finished_at = time.time()
+            self._fork_done(state, fork, produced=False, note=str(exc))
+            return
+        finally:
+            self._active_requests.discard(fork.request_id)
+        fork.finished_at = time.time()
+        if fork.finish_reason == "abort":
+            fork.outcome = "aborted"
+            self._fork_done(state, fork, produced=False)
+            return
+        source = extract_fork_candidate(text, opened_fence=opened)
+        record = None
+        if source is not None:
+            record = self._new_candidate(state, source, "fork", fork.request_id, fork.position)
+        if record is None:
+            fork.outcome = "no_code"
+        else:
+            fork.candidate_id = record.candidate_id
+            fork.outcome = "duplicate" if record.duplicate_of is not None else "candidate"
+        self._fork_done(state, fork, produced=fork.outcome == "candidate")
+
+    def _fork_done(self, state: _IterationState, fork: ForkRecord, *, produced: bool,
+                   note: str = "") -> None:
+        if fork.outcome != "aborted":
+            self.recent_fork_yields.append(produced)
+        self._emit("fork_finished", iteration=fork.iteration, request_id=fork.request_id,
+                   candidate_id=fork.candidate_id, position=fork.position,
+                   reason=fork.outcome + (f": {note}" if note else ""))
+
+    # ------------------------------------------------------------------------------ candidates
+
+    def _new_candidate(self, state: _IterationState, source: str, origin: str,
+                       request_id: str, position: int) -> CandidateRecord | None:
+        if self.job_stop.is_set():
+            return None
+        candidate_id = f"c{self._candidate_count:03d}"
+        self._candidate_count += 1
+        admission = self.dedup.admit(source, candidate_id)
+        record = CandidateRecord(candidate_id=candidate_id, iteration=state.record.index,
+                                 origin=origin, request_id=request_id, position=position,
+                                 fingerprint=admission.fingerprint, source=source,
+                                 extracted_at=time.time())
+        state.candidate_ids.append(candidate_id)
+        self.candidates[candidate_id] = record
+        if admission.duplicate_of is not None:
+            record.duplicate_of = admission.duplicate_of
+            record.status = "duplicate"
+            self._emit("duplicate", iteration=record.iteration, request_id=request_id,
+                       candidate_id=candidate_id, origin=origin, position=position,
+                       reason=f"same program as {admission.duplicate_of}")
+            return record
+        submission = CandidateSubmission(
+            job_id=self.job_id, candidate_id=candidate_id, problem_name=self.spec.problem_name,
+            problem_source=self.spec.problem_source, candidate_source=source, origin=origin,
+            iteration=record.iteration, extracted_at=record.extracted_at,
+            deadline=(self.started_at + self.spec.time_budget_s
+                      if self.spec.time_budget_s is not None else None),
+        )
+        task = asyncio.create_task(self._submit(record, submission), name=f"submit-{candidate_id}")
+        self._submit_tasks.add(task)
+        task.add_done_callback(self._submit_tasks.discard)
+        self._emit("candidate", iteration=record.iteration, request_id=request_id,
+                   candidate_id=candidate_id, origin=origin, position=position)
+        return record
+
+    async def _submit(self, record: CandidateRecord, submission: CandidateSubmission) -> None:
+        try:
+            await self.backend.submit(submission)
+        except Exception as exc:  # a refused submission costs that candidate, not the job
+            log.warning("submitting %s failed: %s", record.candidate_id, exc)
+            record.status = "lost"
+            self._emit("error", candidate_id=record.candidate_id,
+                       reason=f"submission failed: {exc}")
+            await self._notify_verdicts()
+
+    # ------------------------------------------------------------------------------ verdicts
+
+    async def _consume_updates(self) -> None:
+        async for update in self.backend.updates():
+            if update.job_id != self.job_id:
+                continue
+            record = self.candidates.get(update.candidate_id)
+            if record is None or record.status in _FINAL:
+                continue
+            self._apply_update(record, update)
+            await self._notify_verdicts()
+
+    async def _notify_verdicts(self) -> None:
+        async with self._verdicts:
+            self._verdicts.notify_all()
+
+    def _apply_update(self, record: CandidateRecord, update: CandidateUpdate) -> None:
+        verdict = update.verdict
+        if update.cancelled:
+            record.status = "cancelled"
+        elif update.stage == "validate":
+            record.validation = update
+            if not verdict.correct:
+                record.status = "failed" if (not verdict.compiled or verdict.flags) else "incorrect"
+        else:  # "profile" or "full"
+            if update.stage == "full" and verdict.speedup is None:
+                record.validation = update
+            else:
+                record.profile = update
+            if verdict.correct:
+                record.status = "correct"
+            else:
+                record.status = "failed" if (not verdict.compiled or verdict.flags) else "incorrect"
+        if record.status != "pending":
+            record.feedback_at = time.time()
+        self._emit("update", iteration=record.iteration, candidate_id=record.candidate_id,
+                   origin=record.origin, update=update)
+        if record.status == "correct":
+            self._judge(record)
+
+    def _judge(self, record: CandidateRecord) -> None:
+        speedup = record.speedup
+        if speedup is not None and (self.best is None or speedup > (self.best.speedup or 0.0)):
+            self.best = record
+        current = self._current_iteration()
+        # The new verdict may also change the bar of candidates found after this one but judged
+        # before it; ask again about every candidate the current iteration has not yet seen.
+        for candidate in self._judgeable(current, record):
+            termination = self.criterion.check(
+                VerdictView(candidate.candidate_id, True, candidate.speedup),
+                JobStanding(iteration=current.record.index if current else 0,
+                            best_speedup=self.best.speedup if self.best else None,
+                            bar=self._bar_before(candidate)))
+            if termination is None:
+                continue
+            if termination.scope == "job":
+                self.target_reason = self.target_reason or termination.reason
+                if self.mechanisms.early_termination:
+                    self._stop_job("target_reached", termination.reason)
+                return
+            if self.mechanisms.early_termination and current is not None and current.running \
+                    and not current.stop.is_set():
+                current.stop_reason = f"early termination: {termination.reason}"
+                current.stop.set()
+                self._emit("termination", iteration=current.record.index,
+                           candidate_id=candidate.candidate_id, reason=current.stop_reason)
+                return
+
+    def _judgeable(self, current: _IterationState | None,
+                   record: CandidateRecord) -> list[CandidateRecord]:
+        """Correct candidates whose verdicts the current iteration's prompt did not include."""
+        if current is None:
+            return [record]
+        began = current.record.started_at
+        return [c for c in self.candidates.values() if c.status == "correct"
+                and c.speedup is not None
+                and (c.iteration == current.record.index or (c.feedback_at or 0.0) >= began)]
+
+    def _bar_before(self, candidate: CandidateRecord) -> float:
+        """Best correct speedup among candidates found before `candidate` (1.0 when none)."""
+        best: float | None = None
+        for other in self.candidates.values():     # in the order they were found
+            if other is candidate:
+                break
+            if other.status == "correct" and other.speedup is not None:
+                best = other.speedup if best is None else max(best, other.speedup)
+        return 1.0 if best is None else best
+
+    def _current_iteration(self) -> _IterationState | None:
+        if self._iteration_states and self._iteration_states[-1].running:
+            return self._iteration_states[-1]
+        return None
+
+    async def _wait_for_verdicts(self, candidate_ids: list[str], stop: asyncio.Event) -> None:
+        def settled() -> bool:
+            return stop.is_set() or self.job_stop.is_set() or all(
+                self.candidates[c].status in _FINAL for c in candidate_ids)
+
+        stop_watch = asyncio.create_task(self._notify_on(stop))
+        try:
+            async with self._verdicts:
+                await asyncio.wait_for(self._verdicts.wait_for(settled),
+                                       self.spec.verdict_timeout_s)
+        except asyncio.TimeoutError:
+            lost = [c for c in candidate_ids if self.candidates[c].status not in _FINAL]
+            for candidate_id in lost:
+                self.candidates[candidate_id].status = "lost"
+            self._emit("error", reason=f"no verdict for {', '.join(lost)} within "
+                                       f"verdict_timeout_s={self.spec.verdict_timeout_s:g}s")
+        finally:
+            stop_watch.cancel()
+
+    async def _notify_on(self, event: asyncio.Event) -> None:
+        await event.wait()
+        await self._notify_verdicts()
+
+    # ------------------------------------------------------------------------------ budgets, stop
+
+    def _check_token_budget(self) -> None:
+        budget = self.spec.token_budget
+        if budget is not None and self.reasoning_tokens + self.fork_tokens >= budget:
+            self._stop_job("token_budget", f"token budget of {budget} spent "
+                                           f"({self.reasoning_tokens} reasoning + "
+                                           f"{self.fork_tokens} fork tokens)")
+
+    async def _watch_time(self) -> None:
+        if self.spec.time_budget_s is None:
+            return
+        await asyncio.sleep(self.spec.time_budget_s)
+        self._stop_job("time_budget", f"time budget of {self.spec.time_budget_s:g}s spent")
+
+    def _stop_job(self, status: str, reason: str) -> None:
+        if self.status is not None:
+            return
+        self.status, self.stop_reason = status, reason
+        self.job_stop.set()
+        for state in self._iteration_states:
+            if state.running and not state.stop.is_set():
+                state.stop_reason = f"job stopped: {reason}"
+                state.stop.set()
+        self._emit("termination", reason=f"{status}: {reason}")
+
+    def _fail(self, message: str) -> None:
+        self.error = self.error or message
+        self._stop_job("failed", message)
+
+    async def _shutdown(self, main: asyncio.Task, consumer: asyncio.Task,
+                        watchdog: asyncio.Task, stop_wait: asyncio.Task) -> None:
+        if self.status is None:
+            self._stop_job("cancelled", "the job was cancelled")
+        # No generation may outlive the job: abort at the engine, then unwind the tasks.
+        await asyncio.gather(*(self.engine.abort(r) for r in list(self._active_requests)),
+                             return_exceptions=True)
+        for task in (main, watchdog, stop_wait):
+            task.cancel()
+        forks = [t for s in self._iteration_states for t in s.fork_tasks]
+        for task in forks:
+            task.cancel()
+        await asyncio.gather(main, watchdog, stop_wait, *forks, return_exceptions=True)
+        # Submissions already sent must land before the cancel, or they would run after it.
+        if self._submit_tasks:
+            await asyncio.gather(*self._submit_tasks, return_exceptions=True)
+        if any(r.status == "pending" for r in self.candidates.values()):
+            try:
+                await self.backend.cancel_job(self.job_id)
+            except Exception as exc:
+                log.warning("cancelling job %s at the backend failed: %s", self.job_id, exc)
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
+        for record in self.candidates.values():
+            if record.status == "pending":
+                record.status = "cancelled"
+        for fork in self.forks:
+            if fork.finished_at is None:
+                fork.finished_at, fork.outcome, fork.finish_reason = time.time(), "aborted", "abort"
+        for state in self._iteration_states:
+            if state.running:
+                state.running = False
+                state.record.finished_at = time.time()
+                state.record.stop_reason = state.record.stop_reason or state.stop_reason
+
+    # ------------------------------------------------------------------------------ results
+
+    def _result(self) -> OptimizeResult:
+        finished_at = time.time()
+        candidates = list(self.candidates.values())
+        best = self.best
+        best_update = (best.profile or best.validation) if best is not None else None
+        metrics = compute_metrics(
+            started_at=self.started_at, finished_at=finished_at, candidates=candidates,
+            forks=self.forks, iterations=self.iterations, reasoning_tokens=self.reasoning_tokens,
+            fork_tokens=self.fork_tokens, forks_skipped=self.forks_skipped,
+            workers_hint=self.workers_seen, best=best)
+        return OptimizeResult(
+            job_id=self.job_id, problem_name=self.spec.problem_name, mode=self.spec.mode,
+            status=self.status or "cancelled", stop_reason=self.stop_reason,
+            engine=self.engine.name, started_at=self.started_at, finished_at=finished_at,
+            best_candidate_id=best.candidate_id if best else None,
+            best_speedup=best.speedup if best else None,
+            best_source=best.source if best else None,
+            best_verdict=best_update.verdict if best_update else None,
+            cpu_timing=best_update.verdict.cpu_timing if best_update else True,
+            spec=self.spec, iterations=self.iterations, reasoning=self.reasoning, forks=self.forks,
+            candidates=candidates, metrics=metrics, error=self.error)
+
+    def progress(self) -> JobProgress:
+        records = self.candidates.values()
+        return JobProgress(
+            elapsed_s=time.monotonic() - self._t0 if self._t0 else 0.0,
+            iteration=len(self.iterations),
+            reasoning_tokens=self.reasoning_tokens,
+            fork_tokens=self.fork_tokens,
+            forks=len(self.forks),
+            forks_running=sum(1 for f in self.forks if f.finished_at is None),
+            candidates=sum(1 for r in records if r.duplicate_of is None),
+            validating=sum(1 for r in records if r.status == "pending" and r.validation is None),
+            profiling=sum(1 for r in records if r.status == "pending" and r.validation is not None),
+            profiled=sum(1 for r in records if r.profile is not None),
+            best_speedup=self.best.speedup if self.best else None,
+        )
+
+    def _emit(self, kind: str, **fields) -> None:
+        if self._emit_fn is None:
+            return
+        event = OptimizeEvent(job_id=self.job_id, kind=kind, t=time.time(),
+                              progress=self.progress(), **fields)
+        try:
+            self._emit_fn(event)
+        except Exception:  # a broken display must not stop the job
+            log.exception("event callback failed on %s", kind)
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[TokenDelta]):
+    """Close an engine stream however the loop over it ends (break, abort, cancellation)."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
