@@ -39,9 +39,11 @@ void check_same_length(const Int64Array& a, const Int64Array& b, const char* wha
 
 PYBIND11_MODULE(_kv_transfer, m) {
   m.doc() = "KV-block transfer extension (see specgen.kv)";
-  py::register_exception<KvError>(m, "KvTransferError", PyExc_RuntimeError);
+  // Module-local types and exception: a second build of this module (e.g. the CPU-only one a test
+  // builds) can be loaded beside the installed one without the two fighting over type registrations.
+  py::register_local_exception<KvError>(m, "KvTransferError", PyExc_RuntimeError);
 
-  py::enum_<Method>(m, "Method")
+  py::enum_<Method>(m, "Method", py::module_local())
       .value("AUTO", Method::Auto)
       .value("KERNEL", Method::Kernel)
       .value("BATCH", Method::Batch)
@@ -64,7 +66,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
   m.def("memcpy_peer", &cuda_ops::memcpy_peer);
   m.def("stream_synchronize", &cuda_ops::stream_synchronize, py::call_guard<py::gil_scoped_release>());
 
-  py::class_<Region>(m, "Region")
+  py::class_<Region>(m, "Region", py::module_local())
       .def(py::init([](uint64_t base, int64_t block_stride, int64_t bytes, int64_t slot_offset) {
              return Region{base, block_stride, bytes, slot_offset};
            }),
@@ -74,15 +76,15 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .def_readonly("bytes", &Region::bytes)
       .def_readonly("slot_offset", &Region::slot_offset);
 
-  py::class_<CopyEvent, std::shared_ptr<CopyEvent>>(m, "CopyEvent")
+  py::class_<CopyEvent, std::shared_ptr<CopyEvent>>(m, "CopyEvent", py::module_local())
       .def("done", &CopyEvent::done)
       .def("wait", &CopyEvent::wait, py::call_guard<py::gil_scoped_release>());
 
-  py::class_<cuda_ops::KernelConfig>(m, "KernelConfig")
+  py::class_<cuda_ops::KernelConfig>(m, "KernelConfig", py::module_local())
       .def_readwrite("warps_per_cta", &cuda_ops::KernelConfig::warps_per_cta)
       .def_readwrite("ctas_per_sm", &cuda_ops::KernelConfig::ctas_per_sm);
 
-  py::class_<Transfer>(m, "Transfer")
+  py::class_<Transfer>(m, "Transfer", py::module_local())
       .def(py::init<int, std::vector<Region>, int64_t, int64_t, int64_t, int64_t>(), py::arg("device"),
            py::arg("regions"), py::arg("num_blocks"), py::arg("slot_bytes"), py::arg("slots_per_segment"),
            py::arg("max_segments"))
@@ -120,7 +122,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .def_readwrite("kernel_config", &Transfer::kernel_config)
       .def_readwrite("batch_min_bytes", &Transfer::batch_min_bytes);
 
-  py::class_<BlockTableStats>(m, "BlockTableStats")
+  py::class_<BlockTableStats>(m, "BlockTableStats", py::module_local())
       .def_readonly("entries", &BlockTableStats::entries)
       .def_readonly("capacity", &BlockTableStats::capacity)
       .def_readonly("free", &BlockTableStats::free)
@@ -132,7 +134,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .def_readonly("evictions", &BlockTableStats::evictions)
       .def_readonly("moves", &BlockTableStats::moves);
 
-  py::class_<BlockTable>(m, "BlockTable")
+  py::class_<BlockTable>(m, "BlockTable", py::module_local())
       .def(py::init<int64_t>(), py::arg("max_slots"))
       .def_property_readonly("max_slots", &BlockTable::max_slots)
       .def("__len__", &BlockTable::size)

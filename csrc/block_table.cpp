@@ -32,7 +32,7 @@ void BlockTable::enable_slots(int64_t lo, int64_t hi) {
   KV_CHECK(0 <= lo && lo <= hi && hi <= max_slots(),
            "enable_slots: range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                ") is outside [0, " + std::to_string(max_slots()) + ")");
-  // Pushed in reverse so that pops hand out low slots first (keeps a growing pool's data packed).
+  // Pushed in reverse so that the range's slots are handed out in ascending order.
   for (int64_t slot = hi - 1; slot >= lo; --slot) {
     if (enabled_[slot]) continue;
     enabled_[slot] = 1;

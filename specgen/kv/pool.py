@@ -41,7 +41,7 @@ class _Segment:
     owned: bool                 # allocated here (freed on release) or lent by another process (closed)
 
 
-@dataclass
+@dataclass(eq=False)
 class PoolCopy:
     """A store or load submitted through the pool. Its blocks stay pinned until it completes."""
 

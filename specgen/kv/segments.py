@@ -98,6 +98,13 @@ class HostSegment(SegmentMemory):
         self._shm = None
         self.address = 0
 
+    def __del__(self) -> None:
+        # A pool that was never closed must not leave the object behind in /dev/shm.
+        try:
+            self.release()
+        except Exception:
+            pass
+
 
 class _OpenedHostSegment(SegmentMemory):
     def __init__(self, grant: SegmentGrant) -> None:

@@ -23,11 +23,17 @@ from specgen.kv.layout import KvLayout
 METHODS = ("auto", "kernel", "batch", "memcpy")
 
 
+_method_values: dict[str, Any] = {}
+
+
 def _method(name: str) -> Any:
-    ext = kv_extension()
+    # Built once: this sits on the per-call path, whose whole budget for one block is a few microseconds.
+    if not _method_values:
+        ext = kv_extension()
+        _method_values.update(auto=ext.Method.AUTO, kernel=ext.Method.KERNEL, batch=ext.Method.BATCH,
+                              memcpy=ext.Method.MEMCPY)
     try:
-        return {"auto": ext.Method.AUTO, "kernel": ext.Method.KERNEL, "batch": ext.Method.BATCH,
-                "memcpy": ext.Method.MEMCPY}[name]
+        return _method_values[name]
     except KeyError:
         raise ValueError(f"unknown copy method {name!r}; choose one of {', '.join(METHODS)}") from None
 
@@ -45,6 +51,7 @@ class KvTransfer:
         regions = [ext.Region(r.base, r.block_stride, r.nbytes, r.slot_offset) for r in layout.regions]
         self._transfer = ext.Transfer(layout.device, regions, layout.num_blocks, layout.slot_bytes,
                                       int(slots_per_segment), int(max_segments))
+        self._copy = self._transfer.copy
 
     @property
     def slots_per_segment(self) -> int:
@@ -82,12 +89,12 @@ class KvTransfer:
     def store(self, blocks: np.ndarray | Sequence[int], slots: np.ndarray | Sequence[int], *,
               stream: int = 0, after: int | None = None, method: str = "auto") -> Any:
         """Copy engine blocks[i] into pool slots[i]; returns a CopyEvent."""
-        return self._transfer.copy(True, _indices(blocks), _indices(slots), int(stream), after, _method(method))
+        return self._copy(True, _indices(blocks), _indices(slots), stream, after, _method(method))
 
     def load(self, blocks: np.ndarray | Sequence[int], slots: np.ndarray | Sequence[int], *,
              stream: int = 0, after: int | None = None, method: str = "auto") -> Any:
         """Copy pool slots[i] into engine blocks[i]; returns a CopyEvent."""
-        return self._transfer.copy(False, _indices(blocks), _indices(slots), int(stream), after, _method(method))
+        return self._copy(False, _indices(blocks), _indices(slots), stream, after, _method(method))
 
     def move_slots(self, src_slots: np.ndarray | Sequence[int], dst_slots: np.ndarray | Sequence[int], *,
                    stream: int = 0) -> Any:
