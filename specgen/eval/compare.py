@@ -109,7 +109,9 @@ def _compare_tensor(c: Any, r: Any, label: str, atol: float | None, rtol: float 
     a_tol, r_tol = tolerance_for(r.dtype, atol, rtol)
     diff = (c64 - r64).abs()
     max_abs = float(diff.max())
-    scale = max(float(r64.abs().max()), a_tol)
+    # Relative to the reference's own magnitude, however small; only an all-zero reference
+    # (no magnitude at all) falls back to the absolute tolerance.
+    scale = float(r64.abs().max()) or a_tol
     max_rel = max_abs / scale
     within = bool((diff <= a_tol + r_tol * r64.abs()).all())
     rel_ok = max_rel <= REL_BOUND_FACTOR * r_tol

@@ -346,10 +346,12 @@ class Evaluation:
         if self.verdict.error is not None:
             return
         self._memo_probe()
-        if self.verdict.error is None and self.options.randomized_params:
-            self._randomized_params_trial()
+        # The second shape runs before parameters are randomized, so that a candidate failing
+        # both is told about each for its own reason.
         if self.verdict.error is None and self.options.second_shape:
             self._second_shape_trial()
+        if self.verdict.error is None and self.options.randomized_params:
+            self._randomized_params_trial()
         if self.verdict.error is None:
             self._kernels_ran()
         if self.verdict.error is None and self.cuda:

@@ -1,0 +1,16 @@
+# problem: softmax
+# expect: thread
+"""Does the work on another thread so that a timer on the calling thread sees less of it."""
+import threading
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        worker = threading.Thread(target=lambda: torch.softmax(x, dim=-1, out=out))
+        worker.start()
+        worker.join()
+        return out
