@@ -163,6 +163,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .def("complete_store",
            [](BlockTable& t, const KeyArray& keys, bool success) { t.complete_store(keys.data(), keys.size(), success); })
       .def("lookup", &BlockTable::lookup)
+      .def("peek", &BlockTable::peek)
       .def("lookup_prefix", [](BlockTable& t, const KeyArray& keys) { return t.lookup_prefix(keys.data(), keys.size()); })
       .def("acquire",
            [](BlockTable& t, const KeyArray& keys) {

@@ -151,6 +151,12 @@ int BlockTable::lookup(uint64_t key) {
   return kHit;
 }
 
+int BlockTable::peek(uint64_t key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return kMiss;
+  return it->second.ready ? kHit : kPending;
+}
+
 int64_t BlockTable::lookup_prefix(const uint64_t* keys, int64_t n) {
   int64_t hits = 0;
   for (; hits < n; ++hits) {

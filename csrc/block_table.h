@@ -80,6 +80,8 @@ class BlockTable {
 
   // kHit, kMiss or kPending (held but its store is still in flight). Counts toward the hit rate.
   int lookup(uint64_t key);
+  // Like lookup, without counting toward the hit rate.
+  int peek(uint64_t key) const;
   // How many leading keys are complete blocks. Counts hits for those and misses for the rest.
   int64_t lookup_prefix(const uint64_t* keys, int64_t n);
   // Pin complete blocks for loading and mark them recently used; writes their slots.

@@ -102,6 +102,10 @@ class BlockTable:
         """MISS (0), HIT (1) or PENDING (2: its store is in flight)."""
         return int(self._table.lookup(int(key)))
 
+    def peek(self, key: int) -> int:
+        """Like lookup, without counting toward the hit rate."""
+        return int(self._table.peek(int(key)))
+
     def lookup_prefix(self, keys: np.ndarray | Sequence[int]) -> int:
         """How many leading keys are complete blocks in the pool."""
         return int(self._table.lookup_prefix(np.asarray(keys, dtype=np.uint64)))
