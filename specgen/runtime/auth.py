@@ -118,14 +118,15 @@ def ephemeral_client_keys(server: ServerKeys) -> ClientKeys:
 def client_keys_to_env(keys: ClientKeys | None) -> dict[str, str]:
     if keys is None:
         return {}
-    return {"SPECGEN_CURVE": b":".join((keys.server_public, keys.public, keys.secret)).decode()}
+    # Z85 never uses "," (it does use ":").
+    return {"SPECGEN_CURVE": b",".join((keys.server_public, keys.public, keys.secret)).decode()}
 
 
 def client_keys_from_env() -> ClientKeys | None:
     raw = os.environ.get("SPECGEN_CURVE")
     if not raw:
         return None
-    server_public, public, secret = raw.encode().split(b":")
+    server_public, public, secret = raw.encode().split(b",")
     return ClientKeys(server_public=server_public, public=public, secret=secret)
 
 

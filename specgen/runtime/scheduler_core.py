@@ -710,15 +710,16 @@ class SchedulerCore:
         return dropped
 
     def _drop_job_work(self, job: JobState, reason: str) -> int:
-        """Drop the job's queued requests and cancel its running ones; returns how many dropped."""
+        """Drop the job's queued requests and stop its running ones (each gets a cancelled update
+        now; a stopped request's own late answer is then ignored). Returns how many."""
         dropped = 0
         for req in list(job.live.values()):
             if req.request_id and req.request_id in self.running:
                 for w in self.workers.values():
                     if w.busy is req:
                         self.reply(w.peer, CancelWork(request_id=req.request_id))
-                continue
-            self._unqueue(req)
+            else:
+                self._unqueue(req)
             self._drop(req, reason)
             dropped += 1
         return dropped

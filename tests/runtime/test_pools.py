@@ -60,3 +60,39 @@ def test_usage_meter_integrates_busy_time_while_work_waits() -> None:
     assert u.utilization("validate") == 1.0
     assert abs(u.utilization("profile") - 0.25) < 1e-9
     assert abs(u.busy_share_while_waiting() - 0.75) < 1e-9
+
+
+def test_live_scheduler_moves_workers_between_pools_as_the_mix_changes() -> None:
+    """Four replaying CPU workers; arrivals switch from validation-only to profiling-heavy."""
+    import asyncio
+    import time
+
+    from specgen.messages import CandidateSubmission
+    from specgen.runtime.local import LocalCluster
+    from specgen.runtime.replay import ReplaySample, directive
+
+    from tests.runtime.conftest import wait_for
+
+    settings = RuntimeSettings(rebalance_interval_s=0.3, rate_window_s=3.0, drain_horizon_s=2.0)
+    with LocalCluster(workers=4, evaluator="replay", settings=settings) as cluster:
+        backend = cluster.backend()
+
+        def sizes() -> dict[str, int]:
+            stats = cluster.client.stats()
+            return {"validate": stats.validate.workers, "profile": stats.profile.workers}
+
+        async def phase(tag: str, sample: ReplaySample, rate: float, seconds: float) -> None:
+            for i in range(int(rate * seconds)):
+                await backend.submit(CandidateSubmission(
+                    job_id="mix", candidate_id=f"{tag}{i}", problem_name="mix", problem_source="",
+                    candidate_source=directive(sample), extracted_at=time.time()))
+                await asyncio.sleep(1.0 / rate)
+
+        assert sizes() == {"validate": 2, "profile": 2}
+        asyncio.run(phase("v", ReplaySample(validate_s=0.1, correct=False), rate=20, seconds=3))
+        assert sizes() == {"validate": 3, "profile": 1}
+        asyncio.run(phase("p", ReplaySample(validate_s=0.02, correct=True, profile_s=0.4), rate=8, seconds=4))
+        wait_for(lambda: sizes() == {"validate": 1, "profile": 3}, 10, "the profiling pool to grow")
+        stats = cluster.client.stats()
+        assert stats.reassignments >= 3          # 2/2 -> 3/1 -> 1/3
+        assert stats.feedback_latency_p95_s is not None

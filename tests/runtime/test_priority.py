@@ -60,3 +60,44 @@ def test_removal_is_lazy_and_counts_stay_right() -> None:
 def test_unknown_criteria_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown priority criteria"):
         PriorityRule(["deadline", "vibes"])
+
+
+def test_live_scheduler_runs_requests_in_priority_order() -> None:
+    """One replaying worker, busy while a mix of jobs and deadlines queues up behind it."""
+    import asyncio
+    import time
+
+    from specgen.runtime.local import LocalCluster
+    from specgen.runtime.replay import ReplaySample, directive
+    from specgen.runtime.settings import RuntimeSettings
+
+    settings = RuntimeSettings(priority_rule=["deadline", "stage", "oldest"])
+    with LocalCluster(workers=1, evaluator="replay", settings=settings) as cluster:
+        backend = cluster.backend()
+        now = time.time()
+
+        def sub(job: str, cid: str, sample: ReplaySample, deadline: float | None, extracted: float):
+            return CandidateSubmission(job_id=job, candidate_id=cid, problem_name="p", problem_source="",
+                                       candidate_source=directive(sample), deadline=deadline,
+                                       extracted_at=extracted)
+
+        ok = ReplaySample(validate_s=0.05, correct=True, profile_s=0.05, speedup=2.0)
+        bad = ReplaySample(validate_s=0.05, correct=False)
+
+        async def run() -> list[tuple[str, str]]:
+            await backend.submit(sub("Z", "blocker", ReplaySample(validate_s=1.0, correct=False), None, now))
+            await backend.submit(sub("A", "a1-ok", ok, now + 300, now + 1))
+            await backend.submit(sub("B", "b1-ok", ok, now + 200, now + 2))
+            await backend.submit(sub("B", "b2-bad", bad, now + 200, now + 3))
+            await backend.submit(sub("A", "a2-bad", bad, now + 300, now + 0.5))
+            seen = []
+            async for upd in backend.updates():
+                seen.append(upd)
+                if len(seen) == 7:
+                    break
+            return [(u.candidate_id, u.stage) for u in sorted(seen, key=lambda u: u.started_at)]
+
+        order = asyncio.run(run())
+        assert order == [("blocker", "validate"), ("b1-ok", "validate"), ("b1-ok", "profile"),
+                         ("b2-bad", "validate"), ("a2-bad", "validate"), ("a1-ok", "validate"),
+                         ("a1-ok", "profile")]

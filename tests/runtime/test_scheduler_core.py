@@ -180,15 +180,17 @@ def test_cancel_drops_queued_and_stops_running_work(h: Harness) -> None:
     h.submit("c3")
     out = h.send(CLIENT, CancelJob(call_id=h.call_id(), job_id="j1"))
     ack = [m for _, m in out if isinstance(m, Ack)][0]
-    assert ack.count == 2
+    assert ack.count == 3
     assert [m.request_id for _, m in out if isinstance(m, CancelWork)] == [a.request_id]
     dropped = updates(out)
-    assert sorted(u.candidate_id for u in dropped) == ["c2", "c3"] and all(u.cancelled for u in dropped)
-    # The running one reports "cancelled": no profiling follows, nothing new is assigned.
+    assert sorted(u.candidate_id for u in dropped) == ["c1", "c2", "c3"] and all(u.cancelled for u in dropped)
+    # The stopped one answers later: ignored, the worker is free, nothing new is assigned.
+    assert h.core.workers[w].busy is not None          # never taken away mid-request
     v = Verdict(stage="validate", error="cancelled")
     out = h.send(w, WorkDone(call_id=h.call_id(), request_id=a.request_id, update=CandidateUpdate(
         job_id="j1", candidate_id="c1", stage="validate", verdict=v, cancelled=True)))
-    assert not assigns(out) and h.core._total_queued() == 0
+    assert not assigns(out) and not updates(out) and h.core._total_queued() == 0
+    assert h.core.workers[w].busy is None
 
 
 def test_submissions_past_the_deadline_are_dropped_before_running(h: Harness) -> None:

@@ -1,0 +1,61 @@
+"""The worker actor's request handling (no scheduler needed: its connection is never started)."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from specgen.messages import AssignWork, CancelWork, CandidateSubmission
+from specgen.runtime.replay import ReplayEvaluator, ReplaySample, directive
+from specgen.runtime.settings import RuntimeSettings
+from specgen.runtime.worker import WorkerActor, WorkerConfig, build_evaluator
+
+import pytest
+
+
+def make_actor(tmp_path: Path) -> WorkerActor:
+    config = WorkerConfig(name="n/cpu0", node="n", device="cpu", scheduler=f"ipc://{tmp_path}/none.sock",
+                          work_dir=str(tmp_path / "work"), evaluator="replay")
+    actor = WorkerActor(config, RuntimeSettings())
+    actor.evaluator = ReplayEvaluator()
+    return actor
+
+
+def task(request_id: str, seconds: float, stage: str = "validate") -> AssignWork:
+    sub = CandidateSubmission(job_id="j", candidate_id=request_id, problem_name="p", problem_source="",
+                              candidate_source=directive(ReplaySample(validate_s=seconds, correct=True)))
+    return AssignWork(request_id=request_id, stage=stage, submission=sub)
+
+
+def test_runs_a_request_and_reports_who_and_when(tmp_path: Path) -> None:
+    actor = make_actor(tmp_path)
+    try:
+        upd = actor.run_one(task("r1", 0.01))
+        assert upd.verdict.correct and upd.worker == "n/cpu0" and not upd.cancelled
+        assert upd.finished_at >= upd.started_at > 0
+    finally:
+        actor.close()
+
+
+def test_cancel_work_stops_the_running_request_or_skips_a_queued_one(tmp_path: Path) -> None:
+    actor = make_actor(tmp_path)
+    try:
+        result = {}
+        runner = threading.Thread(target=lambda: result.setdefault("u", actor.run_one(task("r2", 30.0))))
+        runner.start()
+        time.sleep(0.2)
+        assert actor._busy_fields()["busy_key"] == ["j", "r2", "validate"]
+        actor._on_message(CancelWork(request_id="r2"))
+        runner.join(5)
+        assert result["u"].cancelled
+        actor._on_message(CancelWork(request_id="r3"))      # not started yet
+        assert actor.run_one(task("r3", 30.0)).verdict.error == "cancelled before it started"
+    finally:
+        actor.close()
+
+
+def test_unknown_evaluator_is_refused(tmp_path: Path) -> None:
+    config = WorkerConfig(name="n/cpu0", node="n", device="cpu", scheduler="ipc:///x",
+                          work_dir=str(tmp_path), evaluator="magic")
+    with pytest.raises(ValueError, match="unknown evaluator"):
+        build_evaluator(config, RuntimeSettings())
