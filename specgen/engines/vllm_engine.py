@@ -12,6 +12,7 @@ because the engine core is started with multiprocessing's spawn method.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, AsyncIterator
 
@@ -109,10 +110,14 @@ class VLLMEngine(Engine):
         if self._kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(self._kv_cache_gib * (1 << 30))
         kwargs.update(self._extra_engine_args)
+        if self.model.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(self.model)):
+            raise EngineError(f"vllm: model directory {self.model!r} does not exist")
         try:
             args = AsyncEngineArgs(**kwargs)
         except TypeError as exc:
             raise EngineError(f"vllm: bad engine argument ({exc}); check VLLMEngine(engine_args=...)") from exc
+        except Exception as exc:
+            raise EngineError(f"vllm: engine arguments for model {self.model!r} rejected: {exc}") from exc
         try:
             return AsyncLLM.from_engine_args(args)
         except Exception as exc:  # vLLM raises many types here; all mean "could not start"
@@ -125,6 +130,9 @@ class VLLMEngine(Engine):
         for request_id in self._requests.ids():
             self._requests.mark_aborted(request_id)
         await asyncio.to_thread(llm.shutdown)
+        # AsyncLLM.__del__ calls shutdown() again; at interpreter exit that runs after vLLM's module
+        # globals are gone and prints a TypeError. The engine is already down: make it a no-op.
+        llm.shutdown = lambda timeout=None: None
 
     async def reset_prefix_cache(self) -> None:
         """Drop every cached prefix block (benchmarks and tests compare cached against uncached)."""
