@@ -1,0 +1,280 @@
+"""The OpenAI-compatible backend against a real `vllm serve` on 127.0.0.1 (started by the launcher)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from specgen.engines.base import EngineError, GenerationParams, TokenDelta
+from specgen.engines.openai_http import OpenAICompatEngine
+
+pytestmark = pytest.mark.vllm
+
+SERVED_NAME = "tiny-reasoner"
+SUFFIX = "</think>\n\nI will now write the final ModelNew code.\n"
+SERVER_START_TIMEOUT_S = 420
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, process: subprocess.Popen, port: int, log_path: Path) -> None:
+        self.process = process
+        self.port = port
+        self.log_path = log_path
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def running_requests(self) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("vllm:num_requests_running")
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "specgen.engines.serve_vllm", tiny_model_path,
+             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
+             "--max-model-len", "8192", "--dtype", "float32", "--enable-prefix-caching",
+             "--enable-prompt-tokens-details"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    server = Server(process, port, log_path)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}:\n{server.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{server.base_url}/models", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vllm serve not up after {SERVER_START_TIMEOUT_S} s:\n{server.log_tail()}")
+                time.sleep(1)
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def http_engine(loop, vllm_server: Server, tiny_model_path: str) -> Iterator[OpenAICompatEngine]:
+    engine = OpenAICompatEngine(vllm_server.base_url, SERVED_NAME, tokenizer=tiny_model_path, read_timeout_s=60)
+    loop.run(engine.start())
+    yield engine
+    loop.run(engine.close())
+
+
+async def _collect(stream) -> tuple[list[TokenDelta], list[int]]:
+    deltas = [delta async for delta in stream]
+    return deltas, [t for d in deltas for t in d.token_ids]
+
+
+def test_launcher_serves_and_streams_exact_token_ids(loop, http_engine: OpenAICompatEngine) -> None:
+    engine = http_engine
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": "Write a fast ReLU kernel."}])
+
+    async def run() -> None:
+        deltas, ids = await _collect(engine.reason("http-reason", prompt, GenerationParams(max_tokens=64)))
+        assert len(ids) == 64 and engine.exact_token_ids      # ids came from the server's stream
+        assert deltas[-1].finished and deltas[-1].finish_reason == "length"
+        assert deltas[-1].num_prompt_tokens == len(prompt)
+        assert "".join(d.text for d in deltas) == engine.decode(ids)
+        # A fork sent as ids continues exactly like the same ids sent as one prompt.
+        suffix = engine.encode(SUFFIX)
+        _, forked = await _collect(engine.fork("http-fork", prompt, ids[:40], suffix, GenerationParams(max_tokens=16)))
+        _, direct = await _collect(engine.reason("http-direct", prompt + ids[:40] + suffix, GenerationParams(max_tokens=16)))
+        assert forked == direct and len(forked) == 16
+
+    loop.run(run(), timeout_s=180)
+
+
+def test_fork_is_served_from_the_servers_prefix_cache(loop, http_engine: OpenAICompatEngine) -> None:
+    engine = http_engine
+    content = " ".join(f"step{i % 89} of the plan" for i in range(500))
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": content}])
+    suffix = engine.encode(SUFFIX)
+
+    async def run() -> None:
+        reasoning: list[int] = []
+        fork_result: list[tuple[list[TokenDelta], list[int]]] = []
+        async for delta in engine.reason("http-cache-reason", prompt, GenerationParams(max_tokens=400)):
+            reasoning += delta.token_ids
+            if len(reasoning) >= 300 and not fork_result:
+                fork_result.append(await _collect(engine.fork(
+                    "http-cache-fork", prompt, reasoning[:300], suffix, GenerationParams(max_tokens=8)
+                )))
+        deltas, ids = fork_result[0]
+        final = deltas[-1]
+        assert final.num_prompt_tokens == len(prompt) + 300 + len(suffix)
+        assert final.num_cached_tokens is not None and final.num_cached_tokens > len(prompt)
+        assert len(ids) == 8
+
+    loop.run(run(), timeout_s=180)
+
+
+def test_abort_closes_the_request_and_server_keeps_serving(loop, http_engine: OpenAICompatEngine, vllm_server: Server) -> None:
+    engine = http_engine
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": "Think for a very long time."}])
+
+    async def run() -> None:
+        received = 0
+        after: list[TokenDelta] = []
+        aborted_at = None
+        async for delta in engine.reason("http-abort", prompt, GenerationParams(max_tokens=7000)):
+            if aborted_at is not None:
+                after.append(delta)
+                continue
+            received += len(delta.token_ids)
+            if received >= 20:
+                aborted_at = time.monotonic()
+                await engine.abort("http-abort")
+        assert len(after) == 1 and after[0].finish_reason == "abort" and not after[0].token_ids
+        assert after[0].t - aborted_at < 0.05
+        for _ in range(200):               # the server notices the closed connection and aborts
+            if vllm_server.running_requests() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert vllm_server.running_requests() == 0
+        _, ids = await _collect(engine.reason("http-abort", prompt, GenerationParams(max_tokens=10)))
+        assert len(ids) == 10
+
+    loop.run(run(), timeout_s=180)
+
+
+def test_many_concurrent_forks_over_http(loop, http_engine: OpenAICompatEngine) -> None:
+    engine = http_engine
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": "Optimize softmax."}])
+    suffix = engine.encode(SUFFIX)
+
+    async def run() -> None:
+        _, reasoning = await _collect(engine.reason("http-many-reason", prompt, GenerationParams(max_tokens=512)))
+        results = await asyncio.gather(*(
+            _collect(engine.fork(f"http-many-{p}", prompt, reasoning[:p], suffix, GenerationParams(max_tokens=32)))
+            for p in range(32, 513, 32)
+        ))
+        assert len(results) == 16
+        assert all(len(ids) == 32 and deltas[-1].finish_reason == "length" for deltas, ids in results)
+        latest_first = max(d[0].t for d, _ in results)
+        earliest_last = min(d[-1].t for d, _ in results)
+        assert latest_first < earliest_last                   # all in flight together
+
+    loop.run(run(), timeout_s=180)
+
+
+def test_text_prompts_for_servers_that_refuse_ids(loop, vllm_server: Server, http_engine: OpenAICompatEngine, tiny_model_path: str) -> None:
+    text_engine = OpenAICompatEngine(vllm_server.base_url, SERVED_NAME, tokenizer=tiny_model_path, prompt_format="text")
+    prompt = http_engine.chat_prompt_ids([{"role": "user", "content": "Make GELU fast."}])
+
+    async def run() -> None:
+        await text_engine.start()
+        try:
+            _, by_text = await _collect(text_engine.reason("text-prompt", prompt, GenerationParams(max_tokens=12)))
+        finally:
+            await text_engine.close()
+        _, by_ids = await _collect(http_engine.reason("id-prompt", prompt, GenerationParams(max_tokens=12)))
+        assert by_text == by_ids
+
+    loop.run(run(), timeout_s=120)
+
+
+def test_server_side_rejections_are_clear(loop, http_engine: OpenAICompatEngine) -> None:
+    async def run() -> None:
+        with pytest.raises(EngineError, match="refused \\(400\\).*out of vocabulary|out of vocabulary"):
+            await _collect(http_engine.reason("http-bad-id", [5, 99999], GenerationParams(max_tokens=4)))
+        with pytest.raises(EngineError, match="maximum context length|max_model_len"):
+            await _collect(http_engine.reason("http-too-long", [5] * 9000, GenerationParams(max_tokens=4)))
+        stream = http_engine.reason("http-dup", [5, 6], GenerationParams(max_tokens=2))
+        with pytest.raises(EngineError, match="already running"):
+            http_engine.reason("http-dup", [5, 6], GenerationParams(max_tokens=2))
+        await _collect(stream)
+
+    loop.run(run(), timeout_s=120)
+
+
+def test_wrong_model_and_unreachable_server(loop, vllm_server: Server, tiny_model_path: str) -> None:
+    wrong = OpenAICompatEngine(vllm_server.base_url, "no-such-model", tokenizer=tiny_model_path)
+    with pytest.raises(EngineError, match=f"does not serve model 'no-such-model'.*{SERVED_NAME}"):
+        loop.run(wrong.start())
+    unreachable = OpenAICompatEngine(f"http://127.0.0.1:{_free_port()}", SERVED_NAME, tokenizer=tiny_model_path)
+    with pytest.raises(EngineError, match="cannot reach the server at http://127.0.0.1:\\d+/v1"):
+        loop.run(unreachable.start())
+    with pytest.raises(EngineError, match="not started"):
+        unreachable.reason("x", [1], GenerationParams())
+
+
+def test_silent_server_hits_the_read_timeout(loop, tiny_model_path: str) -> None:
+    """A server that accepts the request and then says nothing: the error names read_timeout_s."""
+    async def run() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            request = await reader.readuntil(b"\r\n\r\n")
+            length = int(next((l.split(b":")[1] for l in request.split(b"\r\n") if l.lower().startswith(b"content-length")), b"0"))
+            if length:
+                await reader.readexactly(length)
+            if request.startswith(b"GET /v1/models"):
+                body = json.dumps({"data": [{"id": SERVED_NAME}]}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(30)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        engine = OpenAICompatEngine(f"http://127.0.0.1:{port}", SERVED_NAME, tokenizer=tiny_model_path, read_timeout_s=0.5)
+        try:
+            await engine.start()
+            with pytest.raises(EngineError, match="read_timeout_s"):
+                await _collect(engine.reason("silent", [1, 2], GenerationParams(max_tokens=4)))
+        finally:
+            await engine.close()
+            server.close()
+
+    loop.run(run(), timeout_s=60)
+
+
+def test_stream_cut_by_a_dying_server_is_an_error(loop, http_engine: OpenAICompatEngine, vllm_server: Server) -> None:
+    """Runs last in this module: it kills the server in the middle of a stream."""
+    prompt = http_engine.chat_prompt_ids([{"role": "user", "content": "Think."}])
+
+    async def run() -> None:
+        received = 0
+        with pytest.raises(EngineError, match="was cut after \\d+ tokens") as info:
+            async for delta in http_engine.reason("http-cut", prompt, GenerationParams(max_tokens=7000)):
+                received += len(delta.token_ids)
+                if received >= 10 and vllm_server.process.poll() is None:
+                    vllm_server.kill()
+        assert "http-cut" in str(info.value)
+        with pytest.raises(EngineError, match="cannot reach the server"):
+            await _collect(http_engine.reason("http-after-death", prompt, GenerationParams(max_tokens=4)))
+
+    loop.run(run(), timeout_s=120)
