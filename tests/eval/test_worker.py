@@ -1,0 +1,147 @@
+"""EvalWorker: isolation (crash, hang, memory, exit), cancel, spares, stages, caches, bad input."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specgen.eval import EvalOptions, EvalWorker
+from tests.eval.conftest import BUNDLED, HERE, codes, submission
+
+GOOD = (BUNDLED / "candidates" / "softmax_torch.py").read_text()
+
+
+def forward_body(body: str, imports: str = "") -> str:
+    return (f"import torch\n{imports}\nclass ModelNew(torch.nn.Module):\n"
+            f"    def forward(self, x):\n        {body}\n")
+
+
+@pytest.fixture(scope="module")
+def strict_worker(tmp_path_factory: pytest.TempPathFactory) -> EvalWorker:
+    """Short timeout and a small memory cap, for the limit tests."""
+    options = EvalOptions(timeout_s=4.0, memory_limit_mb=400, timing_trials=4, warmup=1)
+    worker = EvalWorker("cpu", tmp_path_factory.mktemp("strict"), spare_processes=1,
+                        options=options)
+    worker.start()
+    yield worker
+    worker.close()
+
+
+def test_a_crash_costs_only_that_candidate(cpu_worker: EvalWorker) -> None:
+    crash = forward_body("ctypes.string_at(0)", "import ctypes")
+    verdict = cpu_worker.run(submission("softmax", crash), "validate")
+    assert not verdict.correct and "the runner process died (killed by signal SIGSEGV)" in \
+        verdict.error
+    abort = forward_body("os.abort()", "import os")
+    assert "SIGABRT" in cpu_worker.run(submission("softmax", abort), "validate").error
+    after = cpu_worker.run(submission("softmax", GOOD), "validate")
+    assert after.correct, after
+
+
+def test_exits_are_contained(cpu_worker: EvalWorker) -> None:
+    hard = cpu_worker.run(submission("softmax", forward_body("os._exit(0)", "import os")))
+    assert "the runner process died (exit code 0)" in hard.error
+    soft = cpu_worker.run(submission("softmax", forward_body("sys.exit(3)", "import sys")))
+    assert "ModelNew raised on trial 0: SystemExit: 3" in soft.error
+
+
+def test_a_hang_times_out_naming_the_setting(strict_worker: EvalWorker) -> None:
+    began = time.monotonic()
+    verdict = strict_worker.run(submission("softmax", forward_body("time.sleep(600)",
+                                                                   "import time")))
+    assert verdict.error == "candidate timed out after 4 s (EvalOptions.timeout_s)"
+    assert time.monotonic() - began < 30
+    assert strict_worker.run(submission("softmax", GOOD), "validate").correct
+
+
+def test_memory_blowup_is_capped(strict_worker: EvalWorker) -> None:
+    big = forward_body("return torch.ones(2_000_000_000)")
+    verdict = strict_worker.run(submission("softmax", big), "validate")
+    assert not verdict.correct and "EvalOptions.memory_limit_mb" in verdict.error
+
+
+def test_cancel_kills_the_running_candidate(strict_worker: EvalWorker) -> None:
+    hang = forward_body("time.sleep(600)", "import time")
+    timer = threading.Timer(1.0, strict_worker.cancel)
+    timer.start()
+    began = time.monotonic()
+    verdict = strict_worker.run(submission("softmax", hang))
+    timer.join()
+    assert verdict.error == "cancelled" and time.monotonic() - began < 3.5
+    assert strict_worker.run(submission("softmax", GOOD), "validate").correct
+
+
+def test_spares_take_start_up_off_the_critical_path(tmp_path: Path) -> None:
+    options = EvalOptions(timing_trials=4, warmup=1)
+    with EvalWorker("cpu", tmp_path / "spares", spare_processes=1, options=options) as warm:
+        pids = [runner.pid for runner in warm._pool._spares]
+        warm._pool._spares[0].wait_ready(60)
+        first = warm.run(submission("softmax", GOOD), "validate")
+        assert first.correct and first.stage_seconds["spare_wait"] < 0.2
+        replacement = [runner.pid for runner in warm._pool._spares]
+        assert replacement and replacement[0] not in pids  # each runner serves one candidate
+    for pid in pids + replacement:
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+    with EvalWorker("cpu", tmp_path / "cold", spare_processes=0, options=options) as cold:
+        verdict = cold.run(submission("softmax", GOOD), "validate")
+        assert verdict.correct and verdict.stage_seconds["spare_wait"] > 0.5
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_stages_and_the_reference_timing_cache(cpu_worker: EvalWorker) -> None:
+    validate = cpu_worker.run(submission("layernorm", (BUNDLED / "candidates" /
+                                                       "layernorm_torch.py").read_text()),
+                              "validate")
+    assert validate.stage == "validate" and validate.correct and validate.candidate_ms is None
+    sub = submission("layernorm", (BUNDLED / "candidates" / "layernorm_triton.py").read_text())
+    first = cpu_worker.run(sub, "profile")
+    second = cpu_worker.run(sub, "profile")
+    assert first.stage == "profile" and first.correct and first.candidate_ms > 0
+    assert second.ref_cached and second.ref_ms == first.ref_ms or first.ref_cached
+    assert second.cpu_timing and "timing" in second.stage_seconds
+
+
+def test_bad_problem_source_is_a_verdict_error(cpu_worker: EvalWorker) -> None:
+    sub = submission("softmax", GOOD)
+    broken = sub.__class__(**{**{f: getattr(sub, f) for f in sub.__struct_fields__},
+                              "problem_source": "class Model(:\n"})
+    verdict = cpu_worker.run(broken)
+    assert verdict.error.startswith("problem source: problem <string>: syntax error")
+    raising = (BUNDLED / "softmax.py").read_text().replace(
+        "    x = torch.randn(batch_size, dim)", "    raise ValueError('no inputs today')")
+    bad_inputs = sub.__class__(**{**{f: getattr(sub, f) for f in sub.__struct_fields__},
+                                  "problem_source": raising})
+    verdict = cpu_worker.run(bad_inputs)
+    assert "get_inputs() raised ValueError: no inputs today" in verdict.error
+    no_model_new = cpu_worker.run(submission("softmax", "import torch\n"))
+    assert no_model_new.error.startswith("candidate source:") and not no_model_new.compiled
+
+
+def test_extensions_build_apart_and_come_from_the_cache(cpu_worker: EvalWorker) -> None:
+    source = (HERE / "honest" / "cpp_extension_elementwise.py").read_text()
+    first = cpu_worker.run(submission("fused_elementwise", source), "validate")
+    second = cpu_worker.run(submission("fused_elementwise", source), "validate")
+    assert first.correct and second.correct, (first, second)
+    assert second.stage_seconds["build"] == 0.0  # the library came from the shared cache
+    libraries = list((cpu_worker.cache_dir / "ext").glob("*/fused_gelu_sigmoid_cpu.so"))
+    assert len(libraries) == 1
+    # A failed build is cached too: it is not compiled again by the runner.
+    never = (HERE / "redteam" / "never_built_extension.py").read_text()
+    verdict = cpu_worker.run(submission("softmax", never), "validate")
+    assert "custom-kernel-not-run" in codes(verdict)
+    assert list((cpu_worker.cache_dir / "ext").glob("*/FAILED"))
+
+
+def test_noisy_candidates_do_not_break_the_protocol(cpu_worker: EvalWorker) -> None:
+    noisy = forward_body("print('x' * 100000); sys.stdout.write('\\0\\1' * 1000)\n"
+                         "        return torch.softmax(x, dim=-1)", "import sys")
+    verdict = cpu_worker.run(submission("softmax", noisy), "validate")
+    assert verdict.correct, verdict
