@@ -162,6 +162,24 @@ def open_segment(grant: SegmentGrant, *, local_device: int = HOST) -> SegmentMem
     raise KvPoolError(f"segment {grant.segment_id} has unknown kind {grant.kind!r} (expected cuda-ipc or host-shm)")
 
 
-def allocate_segment(device: int, nbytes: int) -> SegmentMemory:
-    """A new segment of `nbytes` on a CUDA device, or in shared host memory for device -1."""
-    return HostSegment(nbytes) if device == HOST else DeviceSegment(device, nbytes)
+class PrivateHostSegment(SegmentMemory):
+    """Host memory only this process uses (nothing to clean up if the process is killed)."""
+
+    def __init__(self, nbytes: int, segment_id: str | None = None) -> None:
+        self.segment_id = segment_id or _new_id("kvseg")
+        self.device = HOST
+        self.nbytes = int(nbytes)
+        self._buffer: np.ndarray | None = np.empty(self.nbytes, dtype=np.uint8)
+        self.address = int(self._buffer.ctypes.data)
+
+    def release(self) -> None:
+        self._buffer = None
+        self.address = 0
+
+
+def allocate_segment(device: int, nbytes: int, *, shareable: bool = False) -> SegmentMemory:
+    """A new segment of `nbytes` on a CUDA device (always shareable through CUDA IPC), or in host memory
+    for device -1 (a POSIX shared-memory object when `shareable`)."""
+    if device != HOST:
+        return DeviceSegment(device, nbytes)
+    return HostSegment(nbytes) if shareable else PrivateHostSegment(nbytes)

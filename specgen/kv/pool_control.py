@@ -1,0 +1,119 @@
+"""The control channel of a KV pool that lives inside an engine process (ZeroMQ, msgpack).
+
+A pool hosted by vLLM's offloading connector runs in the engine's scheduler process, out of reach of
+specgen's own objects. It connects a DEALER socket to an endpoint the node (or scheduler, or a test)
+binds with a ROUTER (`PoolController`): the pool sends its `KvPoolStats` every `stats_interval_s` and
+after each resize, and takes `KvPoolResize` requests. Frames: [kind, msgpack body] with kind b"stats"
+or b"resize" (a ROUTER sees the pool's identity first). The pool side never blocks: it polls from the
+engine's scheduling loop.
+"""
+from __future__ import annotations
+
+import time
+
+import msgspec
+import zmq
+
+from specgen.kv.errors import KvPoolError, KvPoolTimeout
+from specgen.messages import KvPoolResize, KvPoolStats
+
+STATS = b"stats"
+RESIZE = b"resize"
+
+_stats_decoder = msgspec.msgpack.Decoder(KvPoolStats)
+_resize_decoder = msgspec.msgpack.Decoder(KvPoolResize)
+_encoder = msgspec.msgpack.Encoder()
+
+
+class PoolControlClient:
+    """Pool side: connect, send stats, poll for resize requests (never blocks)."""
+
+    def __init__(self, endpoint: str, identity: str) -> None:
+        self._context = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.IDENTITY, identity.encode())
+        self._socket.setsockopt(zmq.LINGER, 0)
+        # Stats are replaceable: if the controller is gone, drop them rather than queue without bound.
+        self._socket.setsockopt(zmq.SNDHWM, 16)
+        self._socket.connect(endpoint)
+
+    def send_stats(self, stats: KvPoolStats) -> None:
+        try:
+            self._socket.send_multipart([STATS, _encoder.encode(stats)], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def poll_resize(self) -> list[KvPoolResize]:
+        """Resize requests received since the last call; malformed frames are skipped."""
+        out = []
+        while True:
+            try:
+                frames = self._socket.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return out
+            if len(frames) == 2 and frames[0] == RESIZE:
+                try:
+                    out.append(_resize_decoder.decode(frames[1]))
+                except msgspec.DecodeError:
+                    continue
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+
+class PoolController:
+    """Controller side: bind, receive pools' stats, ask a pool to resize."""
+
+    def __init__(self, endpoint: str) -> None:
+        self._context = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._socket.bind(endpoint)
+        self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.latest: dict[str, KvPoolStats] = {}
+
+    def receive(self, timeout_s: float = 0.0) -> list[tuple[str, KvPoolStats]]:
+        """Stats that arrived within `timeout_s` (all that are queued, at least one if any comes)."""
+        got: list[tuple[str, KvPoolStats]] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            if not got and not self._socket.poll(int(remaining * 1000)):
+                return got
+            if got and not self._socket.poll(0):
+                return got
+            frames = self._socket.recv_multipart()
+            if len(frames) != 3 or frames[1] != STATS:
+                continue
+            try:
+                stats = _stats_decoder.decode(frames[2])
+            except msgspec.DecodeError:
+                continue
+            pool = frames[0].decode()
+            self.latest[pool] = stats
+            got.append((pool, stats))
+
+    def wait_for(self, pool: str, predicate, timeout_s: float) -> KvPoolStats:
+        """Stats of `pool` that satisfy predicate(stats); KvPoolTimeout after timeout_s (the argument)."""
+        deadline = time.monotonic() + timeout_s
+        stats = self.latest.get(pool)
+        while stats is None or not predicate(stats):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KvPoolTimeout(f"pool {pool!r} did not report the expected stats within {timeout_s} s "
+                                    f"(wait_for timeout_s); last: {stats}")
+            for name, s in self.receive(min(remaining, 0.1)):
+                if name == pool:
+                    stats = s
+        return stats
+
+    def resize(self, pool: str, target_bytes: int | None, request_id: str = "") -> None:
+        try:
+            self._socket.send_multipart([pool.encode(), RESIZE, _encoder.encode(
+                KvPoolResize(target_bytes=target_bytes, request_id=request_id))])
+        except zmq.ZMQError as exc:
+            raise KvPoolError(f"pool {pool!r} is not connected to {self.endpoint}: {exc}") from None
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
