@@ -83,9 +83,9 @@ class TriggerSettings(msgspec.Struct, kw_only=True):
     every_n_tokens: int = 0                 # fork each time the reasoning passes a multiple; 0 = off
     structure_boundaries: bool = True       # paragraph breaks, headings, numbered steps
     cues: list[str] | None = None           # decision cues ("let me write", "wait"); None = defaults
-    min_gap_tokens: int = 160               # no fork closer than this to the previous one
-    max_forks_per_iteration: int = 12
-    max_forks_in_flight: int = 4            # 0 = no limit
+    min_gap_tokens: int = 320               # no fork closer than this to the previous one (or the start)
+    max_forks_per_iteration: int = 10
+    max_forks_in_flight: int = 2            # 0 = no limit
     queue_saturation: float = 2.0           # load-aware: skip when a queue holds this many per worker
     barren_forks: int = 2                   # load-aware: this many forks in a row gave nothing new...
     barren_backoff_tokens: int = 768        # ...then wait this many reasoning tokens before the next
@@ -218,7 +218,7 @@ class IterationRecord(msgspec.Struct, kw_only=True):
     reasoning_finished_at: float | None = None
     finish_reason: str | None = None        # the reasoning's: "stop" | "length" | "abort" | "error"
     stop_reason: str = ""                   # why the iteration ended
-    baseline_speedup: float = 1.0           # best correct speedup when it began
+    baseline_speedup: float = 1.0           # best correct speedup when it began (1.0: none yet)
     prompt: str = ""                        # the user message it was given (with feedback)
 
 

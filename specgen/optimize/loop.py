@@ -214,7 +214,7 @@ class OptimizeJob:
         messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
                     {"role": "user", "content": user}]
         record = IterationRecord(index=index, started_at=time.time(),
-                                 baseline_speedup=max(1.0, best or 0.0), prompt=user)
+                                 baseline_speedup=best if best is not None else 1.0, prompt=user)
         pin = getattr(self.engine, "pin_iteration", None)
         if pin is not None:
             # A replayed trace: every reasoning stream of this iteration replays its recording.
@@ -223,9 +223,9 @@ class OptimizeJob:
         record.prompt_tokens = len(state.prompt_ids)
         self.iterations.append(record)
         self._iteration_states.append(state)
+        known = f"best so far {best:.3g}x" if best is not None else "no correct kernel yet"
         self._emit("iteration_started", iteration=index,
-                   reason=f"baseline {record.baseline_speedup:.2f}x, "
-                          f"{record.prompt_tokens} prompt tokens")
+                   reason=f"{known}, {record.prompt_tokens} prompt tokens")
         return state
 
     def _end_iteration(self, state: _IterationState) -> None:
@@ -390,12 +390,16 @@ class OptimizeJob:
             return
         for source in decision.inline_candidates:
             self._new_candidate(state, source, "inline", request_id, position)
+            # The reasoning just wrote a whole program: a fork here would only copy it, so the
+            # gap to the next fork counts from this point, as if a fork had been taken.
+            state.last_fork_position = position
         if decision.skipped_by is not None:
             self.forks_skipped += 1
             self._emit("fork_skipped", iteration=state.record.index, position=position,
                        reason=f"{decision.firing.trigger} ({decision.firing.reason}) vetoed by "
                               f"{decision.skipped_by}")
-        elif decision.fork and not state.stop.is_set() and not self.job_stop.is_set():
+        elif decision.fork and not decision.inline_candidates and not state.stop.is_set() \
+                and not self.job_stop.is_set():
             self._start_fork(state, ids[:], position,
                              f"{decision.firing.trigger}: {decision.firing.reason}")
 
@@ -674,6 +678,11 @@ class OptimizeJob:
                 state.stop_reason = f"job stopped: {reason}"
                 state.stop.set()
         self._emit("termination", reason=f"{status}: {reason}")
+
+    def cancel(self, reason: str = "cancelled by its owner") -> None:
+        """Stop the job now, from any task of its event loop: generation is aborted and its
+        evaluations cancelled before `run()` returns (status "cancelled")."""
+        self._stop_job("cancelled", reason)
 
     def _fail(self, message: str) -> None:
         self.error = self.error or message

@@ -1,0 +1,281 @@
+"""The optimize loop with the replay engine and real CPU evaluation.
+
+The bundled fused_elementwise trace has, in its first iteration, a correct but slow kernel at about
+a quarter of the reasoning and a much faster one at about a third; the rest is checking.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from specgen.engines.trace import TraceBuilder
+from specgen.messages import OptimizeSpec, TriggerSettings
+from specgen.optimize.bundled import bundled_problem, bundled_trace
+from specgen.optimize.fork_prompt import FORK_INSTRUCTION
+from specgen.optimize.loop import OptimizeJob, run_job
+from specgen.optimize.trace_replay import IterationReplayEngine
+
+from .conftest import PROBLEMS, local_backend, run
+
+FUSED = "fused_elementwise"
+TORCH_KERNEL = (PROBLEMS / "candidates" / "fused_elementwise_torch.py").read_text()
+
+
+def fused_spec(mode: str, **kw) -> OptimizeSpec:
+    return OptimizeSpec(job_id=f"test-{mode}", problem_name=FUSED,
+                        problem_source=bundled_problem(FUSED).read_text(), mode=mode, **kw)
+
+
+def trace_iteration_tokens(engine: IterationReplayEngine, index: int = 0) -> tuple[int, int]:
+    iteration = engine.trace.iterations[index]
+    return iteration.reasoning.num_tokens, iteration.final.num_tokens
+
+
+def test_specgen_stops_the_reasoning_early_and_sequential_reads_it_all(eval_workers) -> None:
+    async def go(mode: str):
+        engine = IterationReplayEngine(bundled_trace(FUSED), speed=8)
+        async with local_backend(eval_workers) as backend:
+            result = await run_job(fused_spec(mode, max_iterations=1), engine, backend)
+        return engine, result
+
+    engine, spec_result = run(go("specgen"))
+    reasoning, final = trace_iteration_tokens(engine)
+    (iteration,) = spec_result.iterations
+    assert spec_result.reasoning[0].finish_reason == "abort"   # it never finished by itself
+    assert "early termination" in iteration.stop_reason
+    assert iteration.reasoning_tokens < 0.75 * reasoning, (iteration.reasoning_tokens, reasoning)
+    # The fast kernel beat the slow one found before it; both were profiled for real.
+    correct = [c for c in spec_result.candidates if c.status == "correct"]
+    assert len(correct) >= 2 and spec_result.best_speedup == max(c.speedup for c in correct)
+    assert spec_result.best_candidate_id != correct[0].candidate_id
+    statuses = {c.status for c in spec_result.candidates}
+    assert {"incorrect", "correct"} <= statuses        # the wrong kernels came back as failures
+    assert spec_result.metrics.forks >= 3 and spec_result.metrics.profiled >= 2
+
+    engine, seq_result = run(go("sequential"))
+    (iteration,) = seq_result.iterations
+    assert iteration.finish_reason == "stop"
+    assert iteration.reasoning_tokens == reasoning + final     # the whole stream, answer included
+    assert seq_result.metrics.forks == 0
+    (only,) = seq_result.candidates
+    assert only.origin == "final" and only.status == "correct"
+    assert seq_result.metrics.end_to_end_s > spec_result.metrics.end_to_end_s
+    assert seq_result.status == spec_result.status == "iterations_done"
+
+
+def test_forks_happen_only_at_trigger_points_and_duplicates_are_not_evaluated(eval_workers) -> None:
+    cues = ["let me write", "the plan is", "wait"]
+    settings = TriggerSettings(structure_boundaries=False, cues=cues, min_gap_tokens=64,
+                               max_forks_per_iteration=6, max_forks_in_flight=0)
+    spec = fused_spec("specgen", max_iterations=1, early_termination=False, load_aware=False,
+                      triggers=settings)
+
+    async def go():
+        engine = IterationReplayEngine(bundled_trace(FUSED), speed=12)
+        async with local_backend(eval_workers) as backend:
+            return engine, await run_job(spec, engine, backend)
+
+    engine, result = run(go())
+    reasoning_ids = engine.trace.iterations[0].reasoning.token_ids
+    assert 2 <= len(result.forks) <= 6
+    previous = 0
+    for fork in result.forks:
+        trigger, _, cue = fork.trigger.partition(": ")
+        assert trigger == "cue" and cue in cues
+        # The cue is in the text the fork was taken after (a delta may hold a few more tokens).
+        before = engine.decode(reasoning_ids[:fork.position])
+        assert cue in " ".join(before[-120:].lower().split()), (cue, before[-120:])
+        assert fork.position - previous >= 64
+        previous = fork.position
+    # Duplicates: recognized, recorded, never sent for evaluation.
+    duplicates = [c for c in result.candidates if c.duplicate_of is not None]
+    evaluated = [c for c in result.candidates if c.duplicate_of is None]
+    assert duplicates, "the trace repeats kernels; some forks must be duplicates"
+    assert all(c.validation is None and c.profile is None for c in duplicates)
+    assert len({c.fingerprint for c in evaluated}) == len(evaluated)
+    assert result.metrics.validated == len(evaluated) == result.metrics.candidates
+    assert {d.fingerprint for d in duplicates} <= {c.fingerprint for c in evaluated}
+
+
+def small_trace(iterations: int, *, reasoning_words: int = 300) -> TraceBuilder:
+    """A short trace whose answer is a plain-PyTorch kernel (fast to evaluate on a CPU)."""
+    builder = TraceBuilder(token_rate=400, problem=FUSED, ttft_s=0.05, fork_ttft_s=0.02)
+    body = "\n\n".join(" ".join(["we check the bias broadcast and the erf form"] * 6)
+                       for _ in range(reasoning_words // 48))
+    for _ in range(iterations):
+        builder.add_iteration(
+            "Let me write the plain version first.\n\n" + body,
+            forks={"Let me write": TORCH_KERNEL + "```\n"},
+            final_text="```python\n" + TORCH_KERNEL + "```\n",
+            suffix_text="\n</think>" + FORK_INSTRUCTION)
+    return builder
+
+
+def test_token_budget_is_enforced(eval_workers) -> None:
+    engine = IterationReplayEngine(small_trace(3).build(), speed=1)
+    spec = fused_spec("sequential", max_iterations=3, token_budget=700)
+
+    async def go():
+        async with local_backend(eval_workers) as backend:
+            return await run_job(spec, engine, backend)
+
+    result = run(go())
+    assert result.status == "token_budget" and "700" in result.stop_reason
+    # Enforced per delta: at most one delta past the budget (replay deltas are a few tokens here).
+    assert 700 <= result.metrics.total_tokens <= 720
+    assert result.iterations[-1].stop_reason.startswith("job stopped")
+
+
+def test_time_budget_is_enforced(eval_workers) -> None:
+    engine = IterationReplayEngine(bundled_trace(FUSED), speed=1)
+    spec = fused_spec("specgen", time_budget_s=2.0)
+
+    async def go():
+        async with local_backend(eval_workers) as backend:
+            began = time.monotonic()
+            result = await run_job(spec, engine, backend)
+            return result, time.monotonic() - began
+
+    result, elapsed = run(go())
+    assert result.status == "time_budget"
+    assert 2.0 <= elapsed < 5.0
+    assert result.metrics.reasoning_tokens < trace_iteration_tokens(engine)[0]
+
+
+def test_best_of_n_replays_one_iteration_per_stream_set(eval_workers) -> None:
+    engine = IterationReplayEngine(small_trace(2).build(), speed=1)
+    spec = fused_spec("best-of-n", max_iterations=2, best_of_n=3)
+
+    async def go():
+        async with local_backend(eval_workers) as backend:
+            return await run_job(spec, engine, backend)
+
+    result = run(go())
+    assert result.status == "iterations_done"
+    assert [len(it.request_ids) for it in result.iterations] == [3, 3]
+    assert len(result.reasoning) == 6
+    # Three samples of one recorded iteration: one program, evaluated once per job.
+    evaluated = [c for c in result.candidates if c.duplicate_of is None]
+    assert len(evaluated) == 1 and evaluated[0].status == "correct"
+    assert len(result.candidates) == 6
+
+
+def test_pipeline_starts_the_next_iteration_before_the_verdict(eval_workers) -> None:
+    engine = IterationReplayEngine(small_trace(2).build(), speed=1)
+    spec = fused_spec("pipeline", max_iterations=2)
+
+    async def go():
+        async with local_backend(eval_workers) as backend:
+            return await run_job(spec, engine, backend)
+
+    result = run(go())
+    first = result.candidates[0]
+    assert first.origin == "final" and first.status == "correct"
+    assert result.iterations[1].started_at < first.feedback_at
+    # The last iteration's candidate is waited for before the job ends.
+    assert all(c.status in ("correct", "duplicate") for c in result.candidates)
+
+
+def test_termination_cancels_forks_and_evaluations_in_flight(eval_workers) -> None:
+    """Stop the job at a moment with a fork generating, a candidate waiting for validation or
+    being validated, and one being profiled; everything must be cancelled, nothing left running."""
+    engine = IterationReplayEngine(bundled_trace(FUSED), speed=8)
+    # No early termination, and long profiling, so the moment is bound to come.
+    spec = fused_spec("specgen", max_iterations=1, early_termination=False, load_aware=False,
+                      triggers=TriggerSettings(min_gap_tokens=128, max_forks_in_flight=0,
+                                               max_forks_per_iteration=40))
+    seen: dict[str, object] = {}
+
+    async def go():
+        from specgen.eval.local_backend import LocalEvaluationBackend
+
+        backend = LocalEvaluationBackend(eval_workers)
+        job = OptimizeJob(spec, engine, backend)
+
+        def watch(event) -> None:
+            p = event.progress
+            if p and p.forks_running and p.validating and p.profiling and "at" not in seen:
+                seen["at"] = p
+                job.cancel("test: everything in flight")
+            elif event.kind == "reasoning_finished":
+                job.cancel("test: the moment never came")     # fail fast below
+
+        job._emit_fn = watch
+        try:
+            result = await asyncio.wait_for(job.run(), timeout=90)
+            # Cancelled work must be gone from the backend promptly.
+            for _ in range(50):
+                load = backend.load()
+                if not (load.validation_running or load.profiling_running
+                        or load.validation_queued or load.profiling_queued):
+                    break
+                await asyncio.sleep(0.1)
+            return result, backend.load()
+        finally:
+            await backend.close()
+
+    from specgen.eval.options import EvalOptions
+    # Correctness trials slow enough that the slow kernel is still validating while the fast
+    # one, found later, is already profiling.
+    slow_profiling = EvalOptions(trials=30, timing_trials=2000, warmup=1, second_shape=False,
+                                 randomized_params=False)
+    saved = [w.options for w in eval_workers]
+    for worker in eval_workers:
+        worker.options = slow_profiling
+    try:
+        result, load = run(go())
+    finally:
+        for worker, options in zip(eval_workers, saved):
+            worker.options = options
+    assert "at" in seen, "never had a fork, a validation and a profiling in flight at once"
+    assert result.status == "cancelled"
+    assert result.reasoning[0].finish_reason == "abort"
+    assert any(f.outcome == "aborted" for f in result.forks)
+    assert all(f.finished_at is not None for f in result.forks)
+    cancelled = [c for c in result.candidates if c.status == "cancelled"]
+    assert any(c.validation is not None and c.validation.verdict.correct for c in cancelled), \
+        "the candidate being profiled was cancelled"
+    assert any(c.validation is None for c in cancelled), "the one awaiting validation too"
+    assert not [c for c in result.candidates if c.status == "pending"]
+    assert load.validation_running == load.profiling_running == 0
+    assert load.validation_queued == load.profiling_queued == 0
+    assert engine._requests.ids() == []     # the replay engine serves nothing any more
+    assert result.metrics.cancelled == len(cancelled)
+
+
+def test_an_unreachable_engine_fails_the_job_with_its_message(eval_workers, tiny_model_path) -> None:
+    from specgen.engines.openai_http import OpenAICompatEngine
+
+    # Nothing listens on the discard port: the connection is refused at once.
+    engine = OpenAICompatEngine("http://127.0.0.1:9/v1", "tiny", tokenizer=tiny_model_path,
+                                connect_timeout_s=5)
+
+    async def go():
+        async with local_backend(eval_workers) as backend:
+            return await run_job(fused_spec("specgen"), engine, backend)
+
+    result = run(go())
+    assert result.status == "failed"
+    assert "cannot reach the server at http://127.0.0.1:9/v1" in (result.error or "")
+    assert result.iterations == [] and result.candidates == []
+
+
+@pytest.mark.parametrize("mode", ["specgen", "sequential"])
+def test_events_tell_the_story(eval_workers, mode: str) -> None:
+    engine = IterationReplayEngine(small_trace(1).build(), speed=1)
+    events = []
+
+    async def go():
+        async with local_backend(eval_workers) as backend:
+            return await run_job(fused_spec(mode, max_iterations=1), engine, backend,
+                                 events.append)
+
+    result = run(go())
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "job_started" and kinds[-1] == "job_finished"
+    assert "iteration_started" in kinds and "update" in kinds
+    assert all(e.job_id == result.job_id and e.progress is not None for e in events)
+    assert events[-1].progress.best_speedup == pytest.approx(result.best_speedup)
+    assert ("fork_started" in kinds) == (mode == "specgen")
