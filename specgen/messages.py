@@ -670,13 +670,3 @@ MESSAGE_TYPES: dict[int, type[_Wire]] = {
         AssignWork, WorkDone, CancelWork, WorkerExited,
     )
 }
-
-
-class KvPoolResize(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Scheduler/node -> a KV pool: change its size (a profiler needs memory, or has finished with it).
-
-    The pool answers every resize with its KvPoolStats once the change is done (a shrink waits for
-    copies in flight on the segments it gives back)."""
-
-    target_bytes: int | None = None         # new pool size; None only asks for stats
-    request_id: str = ""                    # echoed in the log; lets the sender match the reply

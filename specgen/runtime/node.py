@@ -91,6 +91,11 @@ class NodeActor:
         self.evaluator = evaluator
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"specgen-node-"))
         self.work_dir = work_dir or self.run_dir / "work"
+        if "cache_dir" not in settings.eval_options:
+            # One build and reference-timing cache per node: a kernel built or a reference timed by
+            # one worker is not built or timed again by its neighbours (the cache keys by device).
+            self.settings = msgspec.structs.replace(
+                settings, eval_options={**settings.eval_options, "cache_dir": str(self.work_dir / "cache")})
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.stopping = False
         self.init_slots(devices)

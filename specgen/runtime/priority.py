@@ -1,12 +1,17 @@
 """Which queued request a free worker runs next: a configurable rule and a heap per pool.
 
 The rule is an ordered list of criteria (setting `priority_rule`), most significant first. The
-default, ["own_pool", "deadline", "stage", "oldest"], reads: a worker serves its own pool's queue
-first (it only looks at the other pool's queue when lending, see pools.py); among what is left,
-the earliest deadline first (a candidate's deadline, else its job's; none sorts last); at equal
-deadlines (e.g. the same job) profiling of an already validated candidate before a fresh
-validation, because profiling feedback is what the optimize loop waits for; then the oldest
-extraction first. Requests of jobs that have ended are dropped before they are ever picked.
+default, ["deadline", "stage", "oldest"], reads: the earliest deadline first (a candidate's
+deadline, else its job's; none sorts last), so jobs closer to their end are served first; at equal
+deadlines (e.g. within one job) profiling of an already validated candidate before a fresh
+validation, because profiling feedback is what the optimize loop waits for and a validated
+candidate is one step from it; then the oldest extraction first. Putting "own_pool" first instead
+makes every worker finish its own pool's queue before it helps the other pool.
+
+Where the rule applies: each pool has its own queue ordered by the rule; an idle worker compares
+the head of its own pool's queue with the head of the other pool's queue (when lending, and only
+while no worker of that pool is idle) and takes the better one. Requests of jobs that have ended,
+and requests past their deadline, are dropped when they reach the head, never run.
 """
 from __future__ import annotations
 

@@ -74,7 +74,9 @@ class SchedulerActor:
         self.address = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         # Children (reasoners) connect over loopback even when the scheduler listens on all interfaces.
         self.local_address = self.address.replace("0.0.0.0", "127.0.0.1").replace("[::]", "[::1]")
-        self.pump = SocketPump(sock, "scheduler", self._on_frames, on_send_error=self._on_send_error)
+        self._burst: list = []
+        self.pump = SocketPump(sock, "scheduler", self._on_frames, on_send_error=self._on_send_error,
+                               on_burst_end=self._end_burst)
 
     # -- I/O thread -----------------------------------------------------------------------
     def _on_frames(self, frames: list[bytes]) -> None:
@@ -86,7 +88,13 @@ class SchedulerActor:
             log.warning("refused a message from %r: %s", peer[:40], exc.message)
             self.pump.send([peer, *wire.encode(exc.reply())])
             return
-        self.inbox.put((peer, msg))
+        self._burst.append((peer, msg))
+
+    def _end_burst(self) -> None:
+        # One hand-over per burst, not per message: under load the loop takes many at once.
+        if self._burst:
+            burst, self._burst = self._burst, []
+            self.inbox.put(burst)
 
     def _on_send_error(self, frames: list, exc: zmq.ZMQError) -> None:
         # EHOSTUNREACH: the peer is gone; EAGAIN: its queue is full (a subscriber not reading).
@@ -135,14 +143,17 @@ class SchedulerActor:
                 batch = [first]
             except queue.Empty:
                 batch = []
-            while len(batch) < 512:
+            while len(batch) < 64:
                 try:
                     batch.append(self.inbox.get_nowait())
                 except queue.Empty:
                     break
             now = time.monotonic()
             for item in batch:
-                if item is _STOP:
+                if type(item) is list:
+                    for peer, msg in item:
+                        core.handle(peer, msg, now)
+                elif item is _STOP:
                     running = False
                 elif item[0] == "exited":
                     _, child, code = item
@@ -151,8 +162,6 @@ class SchedulerActor:
                         del self.reasoners[job_id]
                         if not child.stopping:
                             core.reasoner_exited(job_id, code, log_tail(child.log_path), now)
-                else:
-                    core.handle(item[0], item[1], now)
             if now >= next_tick:
                 core.tick(now)
                 next_tick = now + _TICK_S

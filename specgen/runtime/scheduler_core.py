@@ -130,6 +130,7 @@ class SchedulerCore:
         self.running: dict[str, QueuedRequest] = {}    # request_id -> request
         self.direct: dict[Key, QueuedRequest] = {}     # one-off requests, queued or running
         self.seq = itertools.count(1)
+        self.request_ids = itertools.count(1)
         self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
         self.counters = collections.Counter()
 
@@ -583,7 +584,7 @@ class SchedulerCore:
             return req
 
     def _assign(self, w: WorkerState, req: QueuedRequest, now: float, wall: float) -> None:
-        req.request_id = uuid.uuid4().hex[:16]
+        req.request_id = f"{self.scheduler_id}-{next(self.request_ids)}"
         req.started_at = wall
         w.busy, w.busy_since = req, now
         self.running[req.request_id] = req

@@ -41,7 +41,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     initial_service_s: float = 1.0          # service-time estimate before one is measured
     # priority: criteria for picking the next request, most significant first
     priority_rule: list[str] = msgspec.field(
-        default_factory=lambda: ["own_pool", "deadline", "stage", "oldest"])
+        default_factory=lambda: ["deadline", "stage", "oldest"])
     # jobs
     default_job_entry: str = "specgen.runtime.jobs:evaluate_candidates"
     job_grace_s: float = 30.0               # past a job's wall time, its reasoner gets this long

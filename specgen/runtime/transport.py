@@ -73,6 +73,7 @@ class SocketPump:
         on_monitor: Callable[[dict[str, Any]], None] | None = None,
         on_send_error: Callable[[list[bytes], zmq.ZMQError], None] | None = None,
         linger_ms: int = 200,
+        on_burst_end: Callable[[], None] | None = None,
     ) -> None:
         self.sock = sock
         self.name = name
@@ -80,6 +81,7 @@ class SocketPump:
         self._on_tick = on_tick
         self._tick_interval = tick_interval_s
         self._on_send_error = on_send_error
+        self._on_burst_end = on_burst_end   # called after each burst of received messages
         self._on_monitor = on_monitor
         self._monitor = sock.get_monitor_socket() if on_monitor else None
         self._out: collections.deque[list[bytes]] = collections.deque()
@@ -167,6 +169,8 @@ class SocketPump:
                             self._on_frames(frames)
                         except Exception:  # noqa: BLE001 - a handler bug must not kill the I/O thread
                             log.exception("%s: handler failed on a message", self.name)
+                    if self._on_burst_end is not None:
+                        self._on_burst_end()
                 if self._out or self._wake_fd in events:
                     self._flush()
                 if self._monitor is not None and self._monitor in events:

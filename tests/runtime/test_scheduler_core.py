@@ -267,9 +267,19 @@ def test_priority_deadline_first_then_profiling_then_oldest() -> None:
     ]
 
 
-def test_default_rule_keeps_a_worker_on_its_own_pool_first(h: Harness) -> None:
+def test_default_rule_profiles_a_validated_candidate_before_fresh_validations(h: Harness) -> None:
     w = h.worker("n1/cpu0")            # the only worker: validation pool, lends to profiling
     assert h.core.workers[w].pool == "validate"
+    [blocker] = assigns(h.submit("x-ok", extracted_at=1.0))
+    h.submit("y-bad", extracted_at=2.0)
+    order = _drain_order(h, w, blocker)
+    assert order == [("x-ok", "validate"), ("x-ok", "profile"), ("y-bad", "validate")]
+
+
+def test_own_pool_first_keeps_a_worker_on_its_own_queue() -> None:
+    h = Harness(priority_rule=["own_pool", "deadline", "stage", "oldest"])
+    h.hello(CLIENT, "client", "c")
+    w = h.worker("n1/cpu0")
     [blocker] = assigns(h.submit("x-ok", extracted_at=1.0))
     h.submit("y-bad", extracted_at=2.0)
     order = _drain_order(h, w, blocker)
