@@ -47,7 +47,8 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .value("AUTO", Method::Auto)
       .value("KERNEL", Method::Kernel)
       .value("BATCH", Method::Batch)
-      .value("MEMCPY", Method::Memcpy);
+      .value("MEMCPY", Method::Memcpy)
+      .value("PERSISTENT", Method::Persistent);
 
   m.def("cuda_compiled", &cuda_ops::compiled);
   m.def("cuda_runtime_version", &cuda_ops::runtime_version);
@@ -64,6 +65,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
   m.def("ipc_open", [](int device, py::bytes handle) { return cuda_ops::ipc_open(device, std::string(handle)); });
   m.def("ipc_close", &cuda_ops::ipc_close);
   m.def("memcpy_peer", &cuda_ops::memcpy_peer);
+  m.def("clock_rate_khz", &cuda_ops::clock_rate_khz);
   m.def("stream_synchronize", &cuda_ops::stream_synchronize, py::call_guard<py::gil_scoped_release>());
 
   py::class_<Region>(m, "Region", py::module_local())
@@ -112,6 +114,10 @@ PYBIND11_MODULE(_kv_transfer, m) {
           },
           py::arg("src_slots"), py::arg("dst_slots"), py::arg("stream") = 0)
       .def("resolve", &Transfer::resolve)
+      .def("start_persistent", &Transfer::start_persistent)
+      .def("stop_persistent", &Transfer::stop_persistent, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("persistent_running", &Transfer::persistent_running)
+      .def("persistent_last_timing", &Transfer::persistent_last_timing)
       .def_property_readonly("device", &Transfer::device)
       .def_property_readonly("num_blocks", &Transfer::num_blocks)
       .def_property_readonly("slot_bytes", &Transfer::slot_bytes)

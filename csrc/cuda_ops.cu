@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -125,6 +128,34 @@ __device__ __forceinline__ void copy_tile(char* __restrict__ dst, const char* __
   }
 }
 
+// Region holding a tile of a block: binary search over the regions' first tiles.
+template <int NREG, bool GLOBAL_REGIONS>
+__device__ __forceinline__ int find_region(const CopyArgs& args, const InlineRegions<NREG>& inline_regions, int tile) {
+  int lo = 0, hi = args.num_regions - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    const int start = GLOBAL_REGIONS ? args.regions_global[mid].tile_start : inline_regions.r[mid].tile_start;
+    if (start <= tile) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// One warp copies one 4 KiB tile of one block between the engine cache and a pool slot.
+template <int ALIGN>
+__device__ __forceinline__ void copy_block_tile(const DevRegion& region, int tile, long long block,
+                                                unsigned long long segment_base, long long slot_in_segment,
+                                                long long slot_bytes, int to_pool, int lane) {
+  const long long offset = static_cast<long long>(tile - region.tile_start) * kTileBytes;
+  const int n = static_cast<int>(min(static_cast<long long>(kTileBytes), region.bytes - offset));
+  char* cache = reinterpret_cast<char*>(region.base) + block * region.block_stride + offset;
+  char* pool = reinterpret_cast<char*>(segment_base) + slot_in_segment * slot_bytes + region.slot_offset + offset;
+  if (to_pool) {
+    copy_tile<ALIGN>(pool, cache, n, lane);
+  } else {
+    copy_tile<ALIGN>(cache, pool, n, lane);
+  }
+}
+
 // The parameters are __grid_constant__ so that indexing them with run-time values (block pairs,
 // regions, segments) reads the parameter bank in place instead of copying it to local memory first.
 //
@@ -141,25 +172,115 @@ __global__ void __launch_bounds__(kMaxThreadsPerCta)
   for (long long t = warp; t < total; t += num_warps) {
     const int pair = static_cast<int>(t / args.tiles_per_block);
     const int tile = static_cast<int>(t - static_cast<long long>(pair) * args.tiles_per_block);
-    // Region holding this tile: binary search over the regions' first tiles.
-    int lo = 0, hi = args.num_regions - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      const int start = GLOBAL_REGIONS ? args.regions_global[mid].tile_start : inline_regions.r[mid].tile_start;
-      if (start <= tile) lo = mid; else hi = mid - 1;
-    }
-    const DevRegion region = GLOBAL_REGIONS ? args.regions_global[lo] : inline_regions.r[lo];
-    const long long offset = static_cast<long long>(tile - region.tile_start) * kTileBytes;
-    const int n = static_cast<int>(min(static_cast<long long>(kTileBytes), region.bytes - offset));
-    char* cache = reinterpret_cast<char*>(region.base) + static_cast<long long>(pairs.block[pair]) * region.block_stride + offset;
+    const int lo = find_region<NREG, GLOBAL_REGIONS>(args, inline_regions, tile);
+    const DevRegion& region = GLOBAL_REGIONS ? args.regions_global[lo] : inline_regions.r[lo];
     const long long slot = pairs.slot[pair];
     const long long segment = slot / args.slots_per_segment;
-    char* pool = reinterpret_cast<char*>(args.segments[segment]) +
-                 (slot - segment * args.slots_per_segment) * args.slot_bytes + region.slot_offset + offset;
-    if (args.to_pool) {
-      copy_tile<ALIGN>(pool, cache, n, lane);
-    } else {
-      copy_tile<ALIGN>(cache, pool, n, lane);
+    copy_block_tile<ALIGN>(region, tile, pairs.block[pair], args.segments[segment], slot - segment * args.slots_per_segment,
+                           args.slot_bytes, args.to_pool, lane);
+  }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Persistent copier: one resident CTA that takes small copies from a ring in pinned host memory.
+// A launched kernel's latency has a floor (the launch itself, a few microseconds of GPU time, plus
+// the host's launch call); a CTA that is already running only has to notice the request (one PCIe
+// read) and do the copy. It is for latency-bound fetches of a few blocks; large batches go through
+// the launched kernel, which spreads over every multiprocessor.
+
+constexpr int kPersistentRing = 64;
+constexpr int kPersistentThreads = 512;
+
+struct PersistentRequest {              // one ring entry, written by the host before `posted`
+  int count;
+  int to_pool;
+  int block[kPersistentMaxBlocks];
+  int slot[kPersistentMaxBlocks];
+  int pad[2];
+};
+
+struct PersistentMailbox {              // pinned host memory, mapped into the device
+  unsigned long long posted;            // host: last sequence number whose ring entry is complete
+  unsigned long long stop;              // host: nonzero asks the kernel to finish and exit
+  unsigned long long host_pad[6];       // host-written and device-written words on separate lines
+  unsigned long long done;              // device: last sequence number completed (data visible)
+  unsigned long long copy_cycles;       // device: SM cycles from seeing the last request to done
+  unsigned long long copy_ns;           // device: the same span on the global nanosecond timer
+  unsigned long long device_pad[5];
+  PersistentRequest ring[kPersistentRing];
+};
+
+constexpr int kPersistentRequestWords = 2 + 2 * kPersistentMaxBlocks;
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <int NREG, bool GLOBAL_REGIONS, int ALIGN>
+__global__ void __launch_bounds__(kPersistentThreads, 1)
+    kv_persistent_kernel(PersistentMailbox* mailbox, const __grid_constant__ CopyArgs args,
+                         const __grid_constant__ InlineRegions<NREG> inline_regions,
+                         const unsigned long long* segments) {
+  __shared__ int request[kPersistentRequestWords];
+  __shared__ int stop;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  long long started = 0;
+  unsigned long long started_ns = 0;
+  for (unsigned long long next = 1;; ++next) {
+    if (warp == 0) {
+      if (lane == 0) {
+        int stopping = 0;
+        while (*reinterpret_cast<volatile unsigned long long*>(&mailbox->posted) < next) {
+          if (*reinterpret_cast<volatile unsigned long long*>(&mailbox->stop) != 0) {
+            stopping = 1;
+            break;
+          }
+          __nanosleep(32);
+        }
+        stop = stopping;
+        started = clock64();
+        started_ns = global_ns();
+      }
+      __syncwarp();
+      if (!stop) {
+        // The entry was written before `posted`: order these reads after the one that saw it.
+        __threadfence_system();
+        const volatile int* words = reinterpret_cast<const volatile int*>(&mailbox->ring[next % kPersistentRing]);
+        for (int i = lane; i < kPersistentRequestWords; i += 32) request[i] = words[i];
+      }
+    }
+    __syncthreads();
+    if (stop) return;
+    const int count = request[0];
+    const int to_pool = request[1];
+    const int* blocks = request + 2;
+    const int* slots = request + 2 + kPersistentMaxBlocks;
+    const int total = count * args.tiles_per_block;
+    for (int t = warp; t < total; t += num_warps) {
+      const int pair = t / args.tiles_per_block;
+      const int tile = t - pair * args.tiles_per_block;
+      const int lo = find_region<NREG, GLOBAL_REGIONS>(args, inline_regions, tile);
+      const DevRegion& region = GLOBAL_REGIONS ? args.regions_global[lo] : inline_regions.r[lo];
+      const long long slot = slots[pair];
+      const long long segment = slot / args.slots_per_segment;
+      // Segments can change between requests (the pool grew or shrank): read the table, not a cache.
+      const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(&segments[segment]);
+      copy_block_tile<ALIGN>(region, tile, blocks[pair], base, slot - segment * args.slots_per_segment,
+                             args.slot_bytes, to_pool, lane);
+    }
+    // Every warp's writes (local or peer memory) must be visible before the host learns it is done.
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      mailbox->copy_cycles = static_cast<unsigned long long>(clock64() - started);
+      mailbox->copy_ns = global_ns() - started_ns;
+      __threadfence_system();
+      *reinterpret_cast<volatile unsigned long long*>(&mailbox->done) = next;
     }
   }
 }
@@ -550,6 +671,176 @@ void memcpy_peer(uint64_t dst, int dst_device, uint64_t src, int src_device, int
   DeviceGuard guard(src_device);
   CUDA_CHECK(cudaMemcpyPeerAsync(reinterpret_cast<void*>(dst), dst_device, reinterpret_cast<const void*>(src),
                                  src_device, static_cast<size_t>(bytes), reinterpret_cast<cudaStream_t>(stream)));
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Persistent copier, host side.
+
+struct PersistentCopier {
+  int device = -1;
+  PersistentMailbox* mailbox = nullptr;       // host address (the device uses the same, UVA)
+  unsigned long long* segments = nullptr;     // device table
+  cudaStream_t stream = nullptr;
+  uint64_t next_seq = 1;
+  bool running = false;
+  std::mutex mutex;
+};
+
+namespace {
+
+template <int NREG, bool GLOBAL_REGIONS, int ALIGN>
+void launch_persistent(PersistentCopier& copier, const CopyArgs& args, const DeviceLayout& layout) {
+  InlineRegions<NREG> regions{};
+  if constexpr (!GLOBAL_REGIONS) {
+    for (size_t r = 0; r < layout.regions.size(); ++r) {
+      const Region& src = layout.regions[r];
+      regions.r[r] = DevRegion{src.base, src.block_stride, src.bytes, src.slot_offset, layout.tile_start[r], 0};
+    }
+  }
+  kv_persistent_kernel<NREG, GLOBAL_REGIONS, ALIGN>
+      <<<1, kPersistentThreads, 0, copier.stream>>>(copier.mailbox, args, regions, copier.segments);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int ALIGN>
+void launch_persistent_aligned(PersistentCopier& copier, const CopyArgs& args, const DeviceLayout& layout) {
+  const size_t nreg = layout.regions.size();
+  if (nreg <= 4) {
+    launch_persistent<4, false, ALIGN>(copier, args, layout);
+  } else if (nreg <= 64) {
+    launch_persistent<64, false, ALIGN>(copier, args, layout);
+  } else {
+    launch_persistent<1, true, ALIGN>(copier, args, layout);
+  }
+}
+
+void check_persistent_alive(const PersistentCopier& copier, uint64_t seq) {
+  cudaError_t err = cudaStreamQuery(copier.stream);
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return;
+  }
+  CUDA_CHECK(err);
+  // The kernel exited; it finishes everything posted before it stops, so this is only a late check.
+  if (*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->done) < seq) {
+    throw KvError("the persistent copy kernel is not running (stopped before request " + std::to_string(seq) +
+                      " completed)",
+                  __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+int persistent_max_tiles() { return 2 * (kPersistentThreads / 32); }
+
+std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, int64_t slots_per_segment,
+                                                   int64_t slot_bytes, const std::vector<uint64_t>& segments) {
+  KV_CHECK(segments.size() <= static_cast<size_t>(kMaxSegments), "persistent_start: too many segments");
+  DeviceGuard guard(layout.device);
+  auto copier = std::shared_ptr<PersistentCopier>(new PersistentCopier(), [](PersistentCopier* c) {
+    if (c->running) {
+      c->mailbox->stop = 1;
+      (void)cudaStreamSynchronize(c->stream);
+    }
+    if (c->stream != nullptr) (void)cudaStreamDestroy(c->stream);
+    if (c->segments != nullptr) (void)cudaFree(c->segments);
+    if (c->mailbox != nullptr) (void)cudaFreeHost(c->mailbox);
+    delete c;
+  });
+  copier->device = layout.device;
+  void* host = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&host, sizeof(PersistentMailbox), cudaHostAllocMapped | cudaHostAllocPortable));
+  copier->mailbox = static_cast<PersistentMailbox*>(host);
+  std::memset(host, 0, sizeof(PersistentMailbox));
+  void* table = nullptr;
+  CUDA_CHECK(cudaMalloc(&table, kMaxSegments * sizeof(unsigned long long)));
+  copier->segments = static_cast<unsigned long long*>(table);
+  std::vector<unsigned long long> initial(kMaxSegments, 0);
+  std::copy(segments.begin(), segments.end(), initial.begin());
+  CUDA_CHECK(cudaMemcpy(table, initial.data(), initial.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copier->stream, cudaStreamNonBlocking));
+  CopyArgs args{};
+  args.slots_per_segment = slots_per_segment;
+  args.slot_bytes = slot_bytes;
+  args.regions_global = reinterpret_cast<const DevRegion*>(layout.regions_on_device);
+  args.num_regions = static_cast<int>(layout.regions.size());
+  args.tiles_per_block = layout.tiles_per_block;
+  bool aligned = layout.alignment == 16 && slot_bytes % 16 == 0;
+  for (uint64_t base : segments) aligned = aligned && base % 16 == 0;
+  // Segments added later are cudaMalloc'ed or IPC-mapped (256-byte aligned), so this choice holds.
+  if (aligned) {
+    launch_persistent_aligned<16>(*copier, args, layout);
+  } else {
+    launch_persistent_aligned<1>(*copier, args, layout);
+  }
+  copier->running = true;
+  return copier;
+}
+
+void persistent_set_segment(PersistentCopier& copier, int64_t index, uint64_t base) {
+  KV_CHECK(index >= 0 && index < kMaxSegments, "persistent_set_segment: index out of range");
+  DeviceGuard guard(copier.device);
+  unsigned long long value = base;
+  CUDA_CHECK(cudaMemcpy(copier.segments + index, &value, sizeof(value), cudaMemcpyHostToDevice));
+}
+
+uint64_t persistent_submit(PersistentCopier& copier, bool to_pool, const int32_t* blocks, const int32_t* slots, int n) {
+  KV_CHECK(n >= 0 && n <= kPersistentMaxBlocks, "the persistent copier takes at most " +
+                                                    std::to_string(kPersistentMaxBlocks) + " blocks per request, got " +
+                                                    std::to_string(n) + "; use the 'kernel' method");
+  std::lock_guard<std::mutex> lock(copier.mutex);
+  KV_CHECK(copier.running, "the persistent copier is stopped");
+  const uint64_t seq = copier.next_seq++;
+  volatile unsigned long long* done = &copier.mailbox->done;
+  // The ring entry may still be read by the kernel for the request kPersistentRing back.
+  for (uint64_t spins = 0; *done + kPersistentRing < seq; ++spins) {
+    if ((spins & 0xFFFF) == 0xFFFF) check_persistent_alive(copier, seq - kPersistentRing);
+  }
+  PersistentRequest& entry = copier.mailbox->ring[seq % kPersistentRing];
+  entry.count = n;
+  entry.to_pool = to_pool ? 1 : 0;
+  std::copy(blocks, blocks + n, entry.block);
+  std::copy(slots, slots + n, entry.slot);
+  // The entry must be in memory before the kernel can see `posted` move.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  *reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->posted) = seq;
+  return seq;
+}
+
+bool persistent_done(const PersistentCopier& copier, uint64_t seq) {
+  if (*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->done) >= seq) return true;
+  check_persistent_alive(copier, seq);
+  return false;
+}
+
+void persistent_wait(const PersistentCopier& copier, uint64_t seq) {
+  volatile unsigned long long* done = &copier.mailbox->done;
+  for (uint64_t spins = 0; *done < seq; ++spins) {
+    if ((spins & 0xFFFF) == 0xFFFF) check_persistent_alive(copier, seq);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+}
+
+void persistent_stop(PersistentCopier& copier) {
+  std::lock_guard<std::mutex> lock(copier.mutex);
+  if (!copier.running) return;
+  *reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->stop) = 1;
+  DeviceGuard guard(copier.device);
+  copier.running = false;
+  CUDA_CHECK(cudaStreamSynchronize(copier.stream));
+}
+
+std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copier) {
+  return {static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_cycles)),
+          static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_ns))};
+}
+
+int clock_rate_khz(int device) {
+  check_device(device);
+  int khz = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  return khz;
 }
 
 }  // namespace specgen_kv::cuda_ops

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,6 +81,22 @@ void batch_copy(int device, const std::vector<uint64_t>& dsts, const std::vector
 void memcpy_each(int device, const std::vector<uint64_t>& dsts, const std::vector<int>& dst_devices,
                  const std::vector<uint64_t>& srcs, const std::vector<int>& src_devices,
                  const std::vector<uint64_t>& sizes, uint64_t stream);
+// Persistent copier: one resident CTA polling a request ring in pinned host memory, for small copies
+// whose latency a kernel launch would dominate. Requests are not ordered with any stream.
+constexpr int kPersistentMaxBlocks = 16;
+struct PersistentCopier;
+int persistent_max_tiles();
+std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, int64_t slots_per_segment,
+                                                   int64_t slot_bytes, const std::vector<uint64_t>& segments);
+void persistent_set_segment(PersistentCopier& copier, int64_t index, uint64_t base);
+uint64_t persistent_submit(PersistentCopier& copier, bool to_pool, const int32_t* blocks, const int32_t* slots, int n);
+bool persistent_done(const PersistentCopier& copier, uint64_t seq);
+void persistent_wait(const PersistentCopier& copier, uint64_t seq);
+void persistent_stop(PersistentCopier& copier);
+// (SM cycles, global-timer nanoseconds) the copier spent on its last request, from seeing it to done.
+std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copier);
+int clock_rate_khz(int device);
+
 // One contiguous copy (the bulk peer copy the benchmark compares with).
 void memcpy_peer(uint64_t dst, int dst_device, uint64_t src, int src_device, int64_t bytes, uint64_t stream);
 

@@ -54,5 +54,17 @@ void memcpy_each(int, const std::vector<uint64_t>&, const std::vector<int>&, con
   NO_CUDA("memcpy_each");
 }
 void memcpy_peer(uint64_t, int, uint64_t, int, int64_t, uint64_t) { NO_CUDA("memcpy_peer"); }
+struct PersistentCopier {};
+int persistent_max_tiles() { return 0; }
+std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout&, int64_t, int64_t, const std::vector<uint64_t>&) {
+  NO_CUDA("persistent_start");
+}
+void persistent_set_segment(PersistentCopier&, int64_t, uint64_t) { NO_CUDA("persistent_set_segment"); }
+uint64_t persistent_submit(PersistentCopier&, bool, const int32_t*, const int32_t*, int) { NO_CUDA("persistent_submit"); }
+bool persistent_done(const PersistentCopier&, uint64_t) { return true; }
+void persistent_wait(const PersistentCopier&, uint64_t) {}
+void persistent_stop(PersistentCopier&) {}
+std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier&) { return {0, 0}; }
+int clock_rate_khz(int) { NO_CUDA("clock_rate_khz"); }
 
 }  // namespace specgen_kv::cuda_ops

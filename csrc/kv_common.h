@@ -37,8 +37,9 @@ struct Region {
   int64_t slot_offset = 0;    // where the piece goes inside a pool slot
 };
 
-// How a copy is carried out. Auto picks the SM kernel for small pieces and the copy engines for large ones.
-enum class Method : int { Auto = 0, Kernel = 1, Batch = 2, Memcpy = 3 };
+// How a copy is carried out. Auto picks the SM kernel for small pieces and the copy engines for large ones;
+// Persistent (opt-in, see Transfer::start_persistent) hands a few blocks to an already running CTA.
+enum class Method : int { Auto = 0, Kernel = 1, Batch = 2, Memcpy = 3, Persistent = 4 };
 
 }  // namespace specgen_kv
 

@@ -7,10 +7,17 @@ namespace specgen_kv {
 
 CopyEvent::~CopyEvent() { cuda_ops::event_release(event_); }
 
-bool CopyEvent::done() const { return event_ == 0 || cuda_ops::event_query(event_); }
+bool CopyEvent::done() const {
+  if (copier_) return cuda_ops::persistent_done(*copier_, seq_);
+  return event_ == 0 || cuda_ops::event_query(event_);
+}
 
 void CopyEvent::wait() const {
-  if (event_ != 0) cuda_ops::event_synchronize(event_);
+  if (copier_) {
+    cuda_ops::persistent_wait(*copier_, seq_);
+  } else if (event_ != 0) {
+    cuda_ops::event_synchronize(event_);
+  }
 }
 
 Transfer::Transfer(int device, std::vector<Region> regions, int64_t num_blocks, int64_t slot_bytes,
@@ -50,13 +57,38 @@ Transfer::Transfer(int device, std::vector<Region> regions, int64_t num_blocks, 
   if (device_ >= 0) device_layout_ = cuda_ops::make_device_layout(device_, regions_);
 }
 
-Transfer::~Transfer() { cuda_ops::free_device_layout(device_layout_); }
+Transfer::~Transfer() {
+  try {
+    stop_persistent();
+  } catch (...) {
+    // Destructors must not throw; a failed stop leaves the kernel to end with the process.
+  }
+  cuda_ops::free_device_layout(device_layout_);
+}
+
+void Transfer::start_persistent() {
+  KV_CHECK(device_ >= 0, "start_persistent: the persistent copier needs a CUDA device (this transfer works on host memory)");
+  if (persistent_) return;
+  persistent_ = cuda_ops::persistent_start(device_layout_, slots_per_segment_, slot_bytes_, segments_);
+}
+
+void Transfer::stop_persistent() {
+  if (!persistent_) return;
+  cuda_ops::persistent_stop(*persistent_);
+  persistent_.reset();
+}
+
+std::pair<int64_t, int64_t> Transfer::persistent_last_timing() const {
+  KV_CHECK(persistent_ != nullptr, "persistent_last_timing: the persistent copier is not running");
+  return cuda_ops::persistent_last_timing(*persistent_);
+}
 
 void Transfer::set_segment(int64_t index, uint64_t base) {
   KV_CHECK(index >= 0 && index < max_segments_, "set_segment: segment index " + std::to_string(index) +
                                                     " is outside [0, " + std::to_string(max_segments_) + ")");
   segments_[index] = base;
   segment_devices_[index] = base == 0 ? -1 : cuda_ops::pointer_device(base);
+  if (persistent_) cuda_ops::persistent_set_segment(*persistent_, index, base);
   if (device_ < 0 && base != 0) {
     KV_CHECK(segment_devices_[index] < 0, "set_segment: segment " + std::to_string(index) +
                                               " is device memory but this transfer works on host memory");
@@ -136,8 +168,17 @@ std::shared_ptr<CopyEvent> Transfer::copy(bool to_pool, const int64_t* blocks, c
                                           uint64_t stream, std::optional<uint64_t> after, Method method) {
   check_pairs(blocks, slots, n);
   if (device_ < 0) {
+    KV_CHECK(method != Method::Persistent, "method persistent needs a CUDA device (this transfer works on host memory)");
     host_copy(to_pool, blocks, slots, n);
     return std::make_shared<CopyEvent>();
+  }
+  if (method == Method::Persistent) {
+    KV_CHECK(persistent_ != nullptr, "method persistent: start the persistent copier first (start_persistent)");
+    KV_CHECK(!after.has_value(), "method persistent: the persistent copier is not ordered with streams, so it cannot "
+                                 "wait for `after`; use the kernel method for stream-ordered copies");
+    std::vector<int32_t> b(blocks, blocks + n), s(slots, slots + n);
+    const uint64_t seq = cuda_ops::persistent_submit(*persistent_, to_pool, b.data(), s.data(), static_cast<int>(n));
+    return std::make_shared<CopyEvent>(persistent_, seq);
   }
   if (after.has_value()) cuda_ops::stream_wait_stream(device_, stream, *after);
   switch (resolve(method)) {
@@ -160,7 +201,8 @@ std::shared_ptr<CopyEvent> Transfer::copy(bool to_pool, const int64_t* blocks, c
       break;
     }
     case Method::Auto:
-      break;  // resolve() never returns Auto
+    case Method::Persistent:
+      break;  // resolve() never returns Auto; Persistent returned above
   }
   const uint64_t event = cuda_ops::event_acquire(device_);
   try {

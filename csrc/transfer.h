@@ -22,6 +22,8 @@ class CopyEvent {
  public:
   CopyEvent() = default;
   explicit CopyEvent(uint64_t cuda_event) : event_(cuda_event) {}
+  CopyEvent(std::shared_ptr<cuda_ops::PersistentCopier> copier, uint64_t seq)
+      : copier_(std::move(copier)), seq_(seq) {}
   ~CopyEvent();
   CopyEvent(const CopyEvent&) = delete;
   CopyEvent& operator=(const CopyEvent&) = delete;
@@ -31,6 +33,8 @@ class CopyEvent {
 
  private:
   uint64_t event_ = 0;
+  std::shared_ptr<cuda_ops::PersistentCopier> copier_;  // keeps the request ring alive while waited on
+  uint64_t seq_ = 0;
 };
 
 class Transfer {
@@ -52,6 +56,13 @@ class Transfer {
 
   // The method Auto resolves to for this layout.
   Method resolve(Method method) const;
+
+  // Start / stop the persistent copier (one resident CTA on this device) that serves Method::Persistent.
+  void start_persistent();
+  void stop_persistent();
+  bool persistent_running() const { return persistent_ != nullptr; }
+  // (SM cycles, global-timer ns) the persistent copier spent on its last request (seeing it -> done).
+  std::pair<int64_t, int64_t> persistent_last_timing() const;
 
   int device() const { return device_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -84,6 +95,7 @@ class Transfer {
   std::vector<uint64_t> segments_;
   std::vector<int> segment_devices_;
   cuda_ops::DeviceLayout device_layout_;
+  std::shared_ptr<cuda_ops::PersistentCopier> persistent_;
 };
 
 }  // namespace specgen_kv

@@ -270,37 +270,75 @@ class Bench:
         torch = self.torch
         size = 64 * KIB
         num_blocks = 4096
-        cache = torch.randint(-128, 127, (num_blocks, size), dtype=torch.int8, device=f"cuda:{self.engine}")
-        pool = torch.randint(-128, 127, (num_blocks, size), dtype=torch.int8, device=f"cuda:{self.pool_dev}")
-        transfer = KvTransfer(KvLayout.from_tensors([cache], num_blocks), slots_per_segment=num_blocks, max_segments=1)
-        transfer.set_segment(0, pool.data_ptr())
         h = self.stream.cuda_stream
         rng = np.random.default_rng(1)
         picks = [(np.array([b], dtype=np.int64), np.array([s], dtype=np.int64))
                  for b, s in zip(rng.integers(0, num_blocks, 256), rng.integers(0, num_blocks, 256))]
-        out: dict[str, Any] = {"block_bytes": size}
-        for direction in ("load", "store"):
-            op = transfer.load if direction == "load" else transfer.store
-            gpu = self.gpu_times_us(lambda i: op(*picks[i % 256], stream=h, method="kernel"), 200)
-            for _ in range(200):
-                op(*picks[0], stream=h).wait()
-            walls = []
-            for i in range(self.args.latency_reps):
-                b, s = picks[i % 256]
-                t0 = time.perf_counter_ns()
-                op(b, s, stream=h).wait()
-                walls.append((time.perf_counter_ns() - t0) / 1000.0)
-            walls.sort()
-            out[direction] = {
-                "gpu_us_median": statistics.median(gpu),
-                "e2e_us_median": statistics.median(walls),
-                "e2e_us_p10": walls[len(walls) // 10],
-                "e2e_us_p90": walls[9 * len(walls) // 10],
-            }
-            print(f"single 64K block {direction}: GPU {out[direction]['gpu_us_median']:.2f} us, end to end from "
-                  f"Python median {out[direction]['e2e_us_median']:.2f} us (p10 {out[direction]['e2e_us_p10']:.2f}, "
-                  f"p90 {out[direction]['e2e_us_p90']:.2f})", flush=True)
+        clock_khz = self.ext.clock_rate_khz(self.engine)
+        out: dict[str, Any] = {"block_bytes": size, "sm_clock_khz_max": clock_khz}
+        cache = torch.randint(-128, 127, (num_blocks, size), dtype=torch.int8, device=f"cuda:{self.engine}")
+        pools = {"peer": self.pool_dev, "same_device": self.engine}
+        for where, pool_device in pools.items():
+            if where == "same_device" and pool_device == self.pool_dev:
+                continue
+            pool = torch.randint(-128, 127, (num_blocks, size), dtype=torch.int8, device=f"cuda:{pool_device}")
+            transfer = KvTransfer(KvLayout.from_tensors([cache], num_blocks), slots_per_segment=num_blocks,
+                                  max_segments=1)
+            transfer.set_segment(0, pool.data_ptr())
+            torch.cuda.synchronize(self.engine)
+            torch.cuda.synchronize(pool_device)
+            for direction in ("load", "store"):
+                op = transfer.load if direction == "load" else transfer.store
+                key = f"{direction}_{where}"
+                gpu = self.gpu_times_us(lambda i: op(*picks[i % 256], stream=h, method="kernel"), 200)
+                entry = {"kernel_gpu_us_median": statistics.median(gpu)}
+                if where == "peer":
+                    entry.update(self._e2e(lambda b, s: op(b, s, stream=h, method="kernel"), picks, "kernel"))
+                    # Persistent copier: checked against torch first, then timed.
+                    transfer.start_persistent()
+                    b, s = picks[0]
+                    op(b, s, method="persistent").wait()
+                    if not torch.equal(cache[int(b[0])], pool[int(s[0])].to(cache.device)):
+                        raise SystemExit(f"MISMATCH: persistent {direction}")
+                    cycles, nanos = [], []
+
+                    def persistent(b: Any, s: Any) -> Any:
+                        return op(b, s, method="persistent")
+
+                    entry.update(self._e2e(persistent, picks, "persistent", timing=(transfer, cycles, nanos)))
+                    transfer.stop_persistent()
+                    entry["persistent_gpu_us_median_globaltimer"] = statistics.median(nanos) / 1000.0
+                    entry["persistent_gpu_us_median_cycles_at_max_clock"] = statistics.median(cycles) / clock_khz * 1000.0
+                out[key] = entry
+                line = f"single 64K block {direction:>5} ({where}): kernel GPU {entry['kernel_gpu_us_median']:.2f} us"
+                if "kernel_e2e_us_median" in entry:
+                    line += (f", kernel end to end {entry['kernel_e2e_us_median']:.2f} us; persistent GPU "
+                             f"{entry['persistent_gpu_us_median_globaltimer']:.2f} us (globaltimer), "
+                             f"{entry['persistent_gpu_us_median_cycles_at_max_clock']:.2f} us (cycles at max clock), "
+                             f"end to end {entry['persistent_e2e_us_median']:.2f} us "
+                             f"(p10 {entry['persistent_e2e_us_p10']:.2f}, p90 {entry['persistent_e2e_us_p90']:.2f})")
+                print(line, flush=True)
+            del pool, transfer
         self.results["latency"] = out
+
+    def _e2e(self, call: Callable[[Any, Any], Any], picks: list[Any], name: str,
+             timing: tuple[Any, list[int], list[int]] | None = None) -> dict[str, float]:
+        """Wall time from the Python call until its completion event reports done (no device-wide sync)."""
+        for i in range(200):
+            call(*picks[i % len(picks)]).wait()
+        walls = []
+        for i in range(self.args.latency_reps):
+            b, s = picks[i % len(picks)]
+            t0 = time.perf_counter_ns()
+            call(b, s).wait()
+            walls.append((time.perf_counter_ns() - t0) / 1000.0)
+            if timing is not None:
+                cycles, nanos = timing[0].persistent_last_timing()
+                timing[1].append(cycles)
+                timing[2].append(nanos)
+        walls.sort()
+        return {f"{name}_e2e_us_median": statistics.median(walls), f"{name}_e2e_us_p10": walls[len(walls) // 10],
+                f"{name}_e2e_us_p90": walls[9 * len(walls) // 10]}
 
     # ------------------------------------------------------------------ kernel knobs
 
@@ -485,10 +523,18 @@ class Bench:
                                        p >= bar))
         lat = self.results.get("latency", {})
         for direction in ("load", "store"):
-            if direction in lat:
-                g, e = lat[direction]["gpu_us_median"], lat[direction]["e2e_us_median"]
-                checks.append((f"1 x 64K {direction} GPU time", f"{g:.2f} us", "< 4 us", g < 4))
-                checks.append((f"1 x 64K {direction} end to end", f"{e:.2f} us", "< 10 us", e < 10))
+            entry = lat.get(f"{direction}_peer")
+            if not entry:
+                continue
+            g = entry["kernel_gpu_us_median"]
+            checks.append((f"1 x 64K {direction} GPU time (kernel)", f"{g:.2f} us", "< 4 us", g < 4))
+            e = entry["kernel_e2e_us_median"]
+            checks.append((f"1 x 64K {direction} end to end (kernel)", f"{e:.2f} us", "< 10 us", e < 10))
+            if "persistent_e2e_us_median" in entry:
+                g = entry["persistent_gpu_us_median_globaltimer"]
+                checks.append((f"1 x 64K {direction} GPU time (persistent)", f"{g:.2f} us", "< 4 us", g < 4))
+                e = entry["persistent_e2e_us_median"]
+                checks.append((f"1 x 64K {direction} end to end (persistent)", f"{e:.2f} us", "< 10 us", e < 10))
         for r in self.results.get("prefill", []):
             if r["tokens"] == 8192:
                 checks.append(("8K-token prefix fetch vs prefill (GPU)", f"{r['speedup_gpu']:.0f}x", ">= 50x",
@@ -496,7 +542,7 @@ class Bench:
         self.results["checks"] = [{"what": w, "measured": m, "target": t, "met": ok} for w, m, t, ok in checks]
         print("\nTargets")
         for w, m, t, ok in checks:
-            print(f"  {'MET ' if ok else 'MISS'}  {w:<45} {m:>10}  (target {t})")
+            print(f"  {'MET ' if ok else 'MISS'}  {w:<48} {m:>10}  (target {t})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,10 @@ that is already complete.
 
 Methods: "kernel" (an SM kernel reading/writing peer memory directly), "batch" (copy engines through
 one cudaMemcpyBatchAsync), "memcpy" (one cudaMemcpyPeerAsync/cudaMemcpyAsync per piece: what vLLM's
-own swap does), "auto" (the kernel for pieces under `batch_min_bytes`, else the copy engines).
+own swap does), "auto" (the kernel for pieces under `batch_min_bytes`, else the copy engines), and
+"persistent": up to 16 blocks handed to a CTA that is already running (`start_persistent()`), which
+skips the kernel launch — the latency floor of every launched copy — but is not ordered with any
+stream: use it for fetches into blocks nothing else touches until the event completes.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 from specgen.kv.extension import kv_extension
 from specgen.kv.layout import KvLayout
 
-METHODS = ("auto", "kernel", "batch", "memcpy")
+METHODS = ("auto", "kernel", "batch", "memcpy", "persistent")
 
 
 _method_values: dict[str, Any] = {}
@@ -31,7 +34,7 @@ def _method(name: str) -> Any:
     if not _method_values:
         ext = kv_extension()
         _method_values.update(auto=ext.Method.AUTO, kernel=ext.Method.KERNEL, batch=ext.Method.BATCH,
-                              memcpy=ext.Method.MEMCPY)
+                              memcpy=ext.Method.MEMCPY, persistent=ext.Method.PERSISTENT)
     try:
         return _method_values[name]
     except KeyError:
@@ -81,6 +84,24 @@ class KvTransfer:
     def resolved_method(self, method: str = "auto") -> str:
         """The method a call with `method` uses for this layout."""
         return str(self._transfer.resolve(_method(method)).name).lower()
+
+    def start_persistent(self) -> None:
+        """Start the persistent copier (one resident CTA on the cache's GPU, until stop_persistent)."""
+        self._transfer.start_persistent()
+
+    def stop_persistent(self) -> None:
+        """Stop it after the requests already handed over (the CTA's multiprocessor is freed)."""
+        self._transfer.stop_persistent()
+
+    @property
+    def persistent_running(self) -> bool:
+        return bool(self._transfer.persistent_running)
+
+    def persistent_last_timing(self) -> tuple[int, int]:
+        """(SM cycles, global-timer ns) the persistent copier spent on its last request, from seeing it
+        to signalling done."""
+        cycles, ns = self._transfer.persistent_last_timing()
+        return int(cycles), int(ns)
 
     def set_segment(self, index: int, address: int) -> None:
         """Segment `index` now lives at `address` (0 removes it). No copy may be in flight on it."""

@@ -154,3 +154,63 @@ def test_gpu_cuda_errors_carry_file_and_line() -> None:
         ext.ipc_open(0, b"\x00" * 64)
     with pytest.raises(ext.KvTransferError, match=r"CUDA device 99 does not exist"):
         ext.device_alloc(99, 1024)
+
+
+def test_persistent_method_needs_a_gpu() -> None:
+    tensors = cache_tensors("flash033", 4, "cpu")
+    transfer = KvTransfer(KvLayout.from_tensors(tensors, 4), slots_per_segment=2, max_segments=1)
+    error = kv_extension().KvTransferError
+    with pytest.raises(error, match="persistent copier needs a CUDA device"):
+        transfer.start_persistent()
+
+
+def _persistent_cycle(pool_device: str) -> None:
+    num_blocks = 256
+    tensors = cache_tensors("flash033", num_blocks, "cuda:0", layers=2)
+    layout = KvLayout.from_tensors(tensors, num_blocks)
+    sps = 64
+    segments = _segments(layout, sps, 2, pool_device)
+    transfer = KvTransfer(layout, slots_per_segment=sps, max_segments=4)
+    transfer.set_segment(0, segments[0].data_ptr())
+    views = ByteViews(tensors, layout)
+    synchronize_all()
+    transfer.start_persistent()
+    assert transfer.persistent_running
+    error = kv_extension().KvTransferError
+    with pytest.raises(error, match="cannot wait for `after`"):
+        transfer.load([0], [0], method="persistent", after=torch.cuda.current_stream(0).cuda_stream)
+    with pytest.raises(error, match="at most 16 blocks"):
+        transfer.load(list(range(17)), list(range(17)), method="persistent")
+    # A segment added while the copier runs is used by later requests.
+    transfer.set_segment(1, segments[1].data_ptr())
+    rng = np.random.default_rng(3)
+    # More requests than the ring has entries, several in flight at once.
+    for round_ in range(12):
+        blocks = rng.choice(num_blocks // 2, size=int(rng.integers(1, 17)), replace=False)
+        slots = rng.choice(2 * sps, size=len(blocks), replace=False)
+        events = [transfer.store([b], [s], method="persistent") for b, s in zip(blocks, slots)]
+        for e in events:
+            e.wait()
+        assert all(e.done() for e in events)
+        for b, s in zip(blocks, slots):
+            assert torch.equal(views.slot(segments, sps, int(s)), views.block(int(b))), f"round {round_}: slot {s}"
+        targets = num_blocks // 2 + rng.choice(num_blocks // 2, size=len(blocks), replace=False)
+        transfer.load(targets, slots, method="persistent").wait()
+        for t, b in zip(targets, blocks):
+            assert torch.equal(views.block(int(t)), views.block(int(b)))
+    cycles, ns = transfer.persistent_last_timing()
+    assert cycles > 0 and ns >= 0
+    transfer.stop_persistent()
+    assert not transfer.persistent_running
+    with pytest.raises(error, match="start the persistent copier first"):
+        transfer.load([0], [0], method="persistent")
+
+
+@pytest.mark.gpu
+def test_gpu_persistent_copier_same_device() -> None:
+    _persistent_cycle("cuda:0")
+
+
+@pytest.mark.gpu2
+def test_gpu_persistent_copier_peer_device() -> None:
+    _persistent_cycle("cuda:1")
