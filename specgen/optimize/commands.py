@@ -77,6 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--devices", default=None,
                             help="comma-separated cpu / cuda:N workers (default: every GPU, else "
                                  "one CPU worker per core, at most 4)")
+    evaluation.add_argument("--trials", type=int, default=None,
+                            help="correctness trials per candidate (evaluation default 5)")
     evaluation.add_argument("--timing-trials", type=int, default=None,
                             help="timed calls per model (evaluation default 50)")
     parser.add_argument("--out", default=None, metavar="DIR",
@@ -259,11 +261,20 @@ def run_optimize(args: argparse.Namespace) -> int:
     from specgen.optimize.outputs import RunWriter
     from specgen.optimize.progress import ProgressDisplay
 
+    # Everything the command line can get wrong is checked before anything is said or started.
     plan = _plan(args)
     devices = _devices(args)
+    eval_options: dict[str, Any] = {}
+    for flag, least in (("trials", 1), ("timing_trials", 2)):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < least:
+                raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
+            eval_options[flag] = value
     engine = _make_engine(plan, args)
     spec = _spec(plan, args, engine)
     check_spec(spec)
+
     out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
     writer = RunWriter(out_dir)
     display = None if args.quiet else ProgressDisplay(sys.stderr)
@@ -278,10 +289,6 @@ def run_optimize(args: argparse.Namespace) -> int:
         writer(event)
         if display is not None:
             display(event)
-
-    eval_options: dict[str, Any] = {}
-    if args.timing_trials is not None:
-        eval_options["timing_trials"] = args.timing_trials
 
     async def main():  # -> OptimizeResult
         elastic = Mechanisms.of(spec).elastic_pools

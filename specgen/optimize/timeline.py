@@ -66,7 +66,7 @@ def build_timeline(result: OptimizeResult) -> dict[str, Any]:
     def span(pid: int, tid: int, name: str, cat: str, start: float, stop: float,
              args: dict[str, Any]) -> None:
         events.append({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
-                       "ts": _us(start, t0), "dur": max(0.0, _us(stop, t0) - _us(start, t0)),
+                       "ts": _us(start, t0), "dur": round(max(0.0, _us(stop, t0) - _us(start, t0)), 1),
                        "args": args})
 
     meta(GENERATION_PID, None, "process_name", f"generation ({result.engine or 'engine'})")
