@@ -194,9 +194,16 @@ def test_termination_cancels_forks_and_evaluations_in_flight(eval_workers) -> No
         backend = LocalEvaluationBackend(eval_workers)
         job = OptimizeJob(spec, engine, backend)
 
+        def profiling_for_a_second() -> bool:
+            # A profile that has really started (not one handed to a worker this instant).
+            return any(c.status == "pending" and c.validation is not None
+                       and c.validation.finished_at < time.time() - 1.0
+                       for c in job.candidates.values())
+
         def watch(event) -> None:
             p = event.progress
-            if p and p.forks_running and p.validating and p.profiling and "at" not in seen:
+            if p and p.forks_running and p.validating and profiling_for_a_second() \
+                    and "at" not in seen:
                 seen["at"] = p
                 job.cancel("test: everything in flight")
             elif event.kind == "reasoning_finished":
