@@ -127,11 +127,13 @@ class SocketPump:
             self._thread.join(timeout)
 
     def _flush(self) -> None:
-        self._signalled = False
+        # Consume the wake-up first, then clear the flag, then drain: a sender that still saw the
+        # flag set appended before the drain below; one that sees it clear writes a new wake-up.
         try:
             os.eventfd_read(self._wake_fd)
         except BlockingIOError:
             pass
+        self._signalled = False
         out = self._out
         sock = self.sock
         while out:
