@@ -402,6 +402,7 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     profile: PoolStat
     workers: list[WorkerStat] = []
     nodes: list[str] = []
+    node_health: dict[str, Any] = {}        # node name -> its workers' states, pids, restarts, errors
     jobs_running: int = 0
     requests_done: int = 0                  # stage requests finished (each key counted once)
     requests_requeued: int = 0              # re-queued after a worker or node was lost

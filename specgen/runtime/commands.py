@@ -71,6 +71,11 @@ def _status(args: argparse.Namespace) -> int:
     for w in stats.workers:
         state = f"busy ({w.busy_stage}, {w.busy_for_s:.1f} s)" if w.busy_stage else "idle"
         print(f"  {w.name:24s} {w.device:8s} {w.pool:8s} {state}  done {w.completed}")
+    for node, workers in stats.node_health.items():
+        for name, health in workers.items():
+            if health.get("state") != "ready":
+                print(f"  {name:24s} {health.get('state')}  restarts {health.get('restarts', 0)}  "
+                      f"{health.get('error', '')}"[:200])
     if stats.feedback_latency_p50_s is not None:
         print(f"  feedback latency p50 {stats.feedback_latency_p50_s:.2f} s  p95 {stats.feedback_latency_p95_s:.2f} s")
     return 0

@@ -288,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"specgen-node {name}: {len(devices)} worker(s) on {', '.join(devices)} -> {args.scheduler}", flush=True)
     try:
         node.run()
+    except Exception as exc:
+        log.exception("node failed")
+        node.conn.send(DeadNotice(name=name, reason=f"{type(exc).__name__}: {exc}"))
+        return 1
     finally:
         node.close()
     return 0

@@ -23,6 +23,7 @@ from pathlib import Path
 import zmq
 
 from specgen.errors import UsageError
+from specgen.messages import DeadNotice
 from specgen.runtime import wire
 from specgen.runtime.auth import (
     KEYS_ENV, CurveGate, ServerKeys, client_keys_to_env, ephemeral_client_keys, is_loopback,
@@ -136,6 +137,19 @@ class SchedulerActor:
         core = self.core
         self._flush()
         next_tick = time.monotonic()
+        try:
+            self._loop(next_tick)
+        except Exception as exc:
+            # Tell every peer at once (their calls fail now, not at their timeouts); the journal
+            # holds everything committed, so a restart resumes from there.
+            log.exception("scheduler failed")
+            dead = wire.encode(DeadNotice(name="scheduler", reason=f"{type(exc).__name__}: {exc}"))
+            for peer in list(core.peers):
+                self.pump.send([peer, *dead])
+            raise
+
+    def _loop(self, next_tick: float) -> None:
+        core = self.core
         running = True
         while running:
             try:

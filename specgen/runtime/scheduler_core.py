@@ -298,6 +298,12 @@ class SchedulerCore:
                 job.reasoner_peer = None
             if job.submitter == peer:
                 job.submitter = None
+        # One-off requests of a caller that is gone: nobody will read the answer.
+        if known is not None and known.role in ("client", "reasoner"):
+            for req in [r for r in self.direct.values() if r.reply_to == peer and not r.removed]:
+                self._unqueue(req)
+                del self.direct[req.key]
+                self.counters["requests_dropped"] += 1
 
     def _add_worker(self, peer: bytes, msg: Hello, now: float) -> None:
         n = len(self.workers) + 1
@@ -821,6 +827,7 @@ class SchedulerCore:
                 busy_candidate=f"{w.busy.key[0]}/{w.busy.key[1]}" if w.busy else "")
                 for w in self.workers.values()],
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),
+            node_health={p.name: p.health for p in self.peers.values() if p.role == "node" and p.health},
             jobs_running=sum(1 for j in self.jobs.values() if j.state == "running"),
             requests_done=self.counters["requests_done"],
             requests_requeued=self.counters["requests_requeued"],

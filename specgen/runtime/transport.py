@@ -26,7 +26,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from specgen.errors import SpecgenError
 from specgen.messages import (
-    Ack, ErrorReply, Heartbeat, HeartbeatAck, Hello, Welcome, _Wire,
+    Ack, DeadNotice, ErrorReply, Heartbeat, HeartbeatAck, Hello, WorkDone, Welcome, _Wire,
 )
 from specgen.runtime import wire
 from specgen.runtime.auth import ClientKeys, apply_client_keys
@@ -49,6 +49,10 @@ class AuthenticationFailed(RuntimeFailure):
 
 class CallTimeout(RuntimeFailure):
     pass
+
+
+class SchedulerFailed(RuntimeFailure):
+    """The scheduler reported a fatal error (DeadNotice); calls fail until it is back."""
 
 
 class RemoteError(RuntimeFailure):
@@ -253,6 +257,7 @@ class PeerConnection:
         self._last_call_id = 0
         self._resend_upto = 0
         self.auth_error: str | None = None
+        self.scheduler_failure: str | None = None
         self.handshake_failures = 0
         self._closed = False
         sock = self.ctx.socket(zmq.DEALER)
@@ -320,6 +325,9 @@ class PeerConnection:
     def call(self, msg: _Wire) -> concurrent.futures.Future:
         """Send a request (its call_id is set here); the Future gets the reply or an error."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
+        if self.scheduler_failure is not None and not isinstance(msg, WorkDone):
+            fut.set_exception(SchedulerFailed(self.scheduler_failure))
+            return fut
         call_id = next(self._ids)
         self._last_call_id = call_id
         msg.call_id = call_id  # type: ignore[attr-defined]
@@ -397,6 +405,8 @@ class PeerConnection:
             self.scheduler_id = msg.scheduler_id
             self.welcome = msg
             self.auth_error = None
+            if changed:
+                self.scheduler_failure = None
             self._welcomed.set()
             self._resend_pending()
             if changed and self._on_reconnect is not None:
@@ -405,6 +415,20 @@ class PeerConnection:
         if isinstance(msg, HeartbeatAck):
             if msg.scheduler_id != self.scheduler_id:
                 self._send_hello(again=True)   # the scheduler restarted: register again
+            return
+        if isinstance(msg, DeadNotice):
+            # Fail what waits now instead of at its timeout; results a worker holds are kept and
+            # re-sent to the scheduler that comes back.
+            self.scheduler_failure = (f"the scheduler at {self.address} failed: {msg.reason}; "
+                                      "requests fail until it is restarted")
+            log.error("%s: %s", self.name, self.scheduler_failure)
+            with self._lock:
+                doomed = [(cid, e) for cid, e in self._pending.items() if not isinstance(e[0], WorkDone)]
+                for cid, _ in doomed:
+                    del self._pending[cid]
+            for _, (_, fut) in doomed:
+                if not fut.done():
+                    fut.set_exception(SchedulerFailed(self.scheduler_failure))
             return
         if isinstance(msg, ErrorReply):
             if msg.code == "unregistered":

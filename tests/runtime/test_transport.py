@@ -113,3 +113,28 @@ def test_unanswered_requests_are_resent_after_re_registration(fake: FakeSchedule
         fut.result(2)
     finally:
         conn.close()
+
+
+def test_dead_notice_fails_waiting_calls_at_once_until_a_new_scheduler_answers(fake: FakeScheduler) -> None:
+    from specgen.messages import DeadNotice
+    from specgen.runtime.transport import SchedulerFailed
+
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    try:
+        peer = fake.welcome("s1")
+        conn.wait_welcome()
+        waiting = conn.call(Ping(call_id=0))
+        fake.recv(Ping)
+        fake.send(peer, DeadNotice(name="scheduler", reason="RuntimeError: disk full"))
+        with pytest.raises(SchedulerFailed, match="disk full"):
+            waiting.result(2)
+        with pytest.raises(SchedulerFailed):
+            conn.call(Ping(call_id=0)).result(2)
+        fake.send(peer, HeartbeatAck(scheduler_id="s2"))     # a restarted scheduler
+        peer = fake.welcome("s2")
+        fut = conn.call(Ping(call_id=0))
+        _, ping = fake.recv(Ping)
+        fake.send(peer, Pong(call_id=ping.call_id))
+        fut.result(2)
+    finally:
+        conn.close()
