@@ -193,11 +193,17 @@ class Evaluation:
     def make_inputs(self, seed: int) -> list[Any]:
         self._seed(seed)
         try:
-            inputs = list(self.get_inputs())
+            return self._generate()
         except BaseException as exc:  # noqa: BLE001
             self.fail(f"problem {self.job.problem_name}: get_inputs() raised "
                       f"{type(exc).__name__}: {exc}")
             raise _Stop from None
+
+    def _generate(self) -> list[Any]:
+        # Created on the device directly (the evaluation device is the default one while
+        # get_inputs runs): drawing GPU-sized inputs on the CPU takes seconds per trial.
+        with torch.device(self.device):
+            inputs = list(self.get_inputs())
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
     @staticmethod
@@ -218,6 +224,7 @@ class Evaluation:
     def call_candidate(self, inputs: list[Any], what: str, check_globals: bool = True) -> Any:
         launches, errors = self.ledger.launches, len(self.ledger.errors)
         threads = self.threads.started
+        began = time.perf_counter()
         try:
             out = self.cand(*inputs)
             self.sync()
@@ -225,6 +232,9 @@ class Evaluation:
             self.launches += self.ledger.launches - launches
             self.fail(f"ModelNew raised on {what}: {type(exc).__name__}: {exc}")
             raise _Stop from None
+        if "first_call" not in self.seconds:
+            # The first call compiles Triton kernels (JIT): reported apart as compile time.
+            self.seconds["first_call"] = time.perf_counter() - began
         self.launches += self.ledger.launches - launches
         if len(self.ledger.errors) > errors:
             self.flag(f"kernel-error-fallback: its kernel raised on {what} and the call still "
@@ -429,8 +439,7 @@ class Evaluation:
                 setattr(self.problem, name, value)
             try:
                 self._seed(self.base_seed + 4000)
-                inputs = [x.to(self.device) if isinstance(x, torch.Tensor) else x
-                          for x in self.get_inputs()]
+                inputs = self._generate()
                 out_r = self.ref(*self.clone(inputs))
                 self.sync()
             except BaseException as exc:  # noqa: BLE001
@@ -476,7 +485,7 @@ class Evaluation:
         inputs = self.make_inputs(self.base_seed + 5000)
 
         def kernels(call: Callable[[], Any]) -> list[tuple[str, int]]:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 call()
                 torch.cuda.synchronize()
             found = []
@@ -485,9 +494,11 @@ class Evaluation:
                     found.append((event.name(), int(event.device_resource_id())))
             return found
 
+        ref_in, cand_in = self.clone(inputs), self.clone(inputs)  # copies outside the window
+        self.sync()
         try:
-            ref_k = kernels(lambda: self.call_reference(self.clone(inputs)))
-            cand_k = kernels(lambda: self.call_candidate(self.clone(inputs), "profiled call"))
+            ref_k = kernels(lambda: self.call_reference(ref_in))
+            cand_k = kernels(lambda: self.call_candidate(cand_in, "profiled call"))
         except _Stop:
             raise
         except Exception as exc:  # noqa: BLE001 - the profiler is optional evidence

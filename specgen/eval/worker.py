@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import os
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -110,6 +111,7 @@ class EvalWorker:
         self._pool: SparePool | None = None
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
+        self._queried_capability: str | None = None
         self.evaluated = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -141,11 +143,20 @@ class EvalWorker:
     def _env(self, device: str) -> dict[str, str]:
         extra = {"TORCH_EXTENSIONS_DIR": str(self.work_dir / "build" / "torch_extensions"),
                  "TRITON_CACHE_DIR": str(self.cache_dir / "triton")}
-        if self._ready is not None and self._ready.capability:
-            extra["TORCH_CUDA_ARCH_LIST"] = self._ready.capability
-        elif os.environ.get("TORCH_CUDA_ARCH_LIST"):
-            extra["TORCH_CUDA_ARCH_LIST"] = os.environ["TORCH_CUDA_ARCH_LIST"]
+        arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or self._capability()
+        if arch:
+            # Build processes see no GPU: they must be told which architecture to compile for.
+            extra["TORCH_CUDA_ARCH_LIST"] = arch
         return runner_env(device, extra)
+
+    def _capability(self) -> str:
+        if not self.device.startswith("cuda"):
+            return ""
+        if self._ready is not None and self._ready.capability:
+            return self._ready.capability
+        if self._queried_capability is None:
+            self._queried_capability = query_capability(self.device)
+        return self._queried_capability
 
     def _new_runner(self, mode: str = "run") -> RunnerProcess:
         device = self.device if mode == "run" else "build"
@@ -331,6 +342,21 @@ class EvalWorker:
             verdict.error += f"; extension build: {build.records[0].error}"
         verdict.stage_seconds = {**seconds, **verdict.stage_seconds}
         return verdict
+
+
+def query_capability(device: str) -> str:
+    """Compute capability of a CUDA device ("9.0") from nvidia-smi, without importing torch."""
+    index = device.split(":", 1)[1] if ":" in device else "0"
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible and index.isdigit() and int(index) < len(visible):
+        index = visible[int(index)]
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader",
+                               "-i", index], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    value = done.stdout.strip().splitlines()[0].strip() if done.stdout.strip() else ""
+    return value if done.returncode == 0 and value.replace(".", "").isdigit() else ""
 
 
 def _read_marker(path: Path) -> BuildResult | None:

@@ -15,7 +15,9 @@ from specgen.eval import FLAG_CODES
 from tests.eval.conftest import BUNDLED, HERE, codes, header, submission
 
 CHEATS = sorted((HERE / "redteam").glob("*.py"))
-HONEST = sorted((HERE / "honest").glob("*.py")) + sorted((BUNDLED / "candidates").glob("*.py"))
+# CUDA candidates (`*_cuda.py`) run in the GPU tests only.
+HONEST = sorted((HERE / "honest").glob("*.py")) + sorted(
+    p for p in (BUNDLED / "candidates").glob("*.py") if not p.stem.endswith("_cuda"))
 
 
 def _bundled_problem(path: Path) -> str:
