@@ -80,7 +80,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
 
   py::class_<CopyEvent, std::shared_ptr<CopyEvent>>(m, "CopyEvent", py::module_local())
       .def("done", &CopyEvent::done)
-      .def("wait", &CopyEvent::wait, py::call_guard<py::gil_scoped_release>());
+      .def("wait", &CopyEvent::wait, py::arg("timeout_s") = -1.0, py::call_guard<py::gil_scoped_release>());
 
   py::class_<cuda_ops::KernelConfig>(m, "KernelConfig", py::module_local())
       .def_readwrite("warps_per_cta", &cuda_ops::KernelConfig::warps_per_cta)
@@ -114,7 +114,8 @@ PYBIND11_MODULE(_kv_transfer, m) {
           },
           py::arg("src_slots"), py::arg("dst_slots"), py::arg("stream") = 0)
       .def("resolve", &Transfer::resolve)
-      .def("start_persistent", &Transfer::start_persistent)
+      .def("start_persistent", &Transfer::start_persistent, py::arg("idle_us") = 200)
+      .def("persistent_launches", &Transfer::persistent_launches)
       .def("stop_persistent", &Transfer::stop_persistent, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("persistent_running", &Transfer::persistent_running)
       .def("persistent_last_timing", &Transfer::persistent_last_timing)

@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -205,9 +208,10 @@ struct PersistentMailbox {              // pinned host memory, mapped into the d
   unsigned long long stop;              // host: nonzero asks the kernel to finish and exit
   unsigned long long host_pad[6];       // host-written and device-written words on separate lines
   unsigned long long done;              // device: last sequence number completed (data visible)
+  unsigned long long alive;             // host sets 1 when it launches the kernel; the kernel's last act is 0
   unsigned long long copy_cycles;       // device: SM cycles from seeing the last request to done
   unsigned long long copy_ns;           // device: the same span on the global nanosecond timer
-  unsigned long long device_pad[5];
+  unsigned long long device_pad[4];
   PersistentRequest ring[kPersistentRing];
 };
 
@@ -223,7 +227,7 @@ template <int NREG, bool GLOBAL_REGIONS, int ALIGN>
 __global__ void __launch_bounds__(kPersistentThreads, 1)
     kv_persistent_kernel(PersistentMailbox* mailbox, const __grid_constant__ CopyArgs args,
                          const __grid_constant__ InlineRegions<NREG> inline_regions,
-                         const unsigned long long* segments) {
+                         const unsigned long long* segments, unsigned long long idle_ns) {
   __shared__ int request[kPersistentRequestWords];
   __shared__ int stop;
   const int lane = threadIdx.x & 31;
@@ -231,12 +235,19 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
   const int num_warps = blockDim.x >> 5;
   long long started = 0;
   unsigned long long started_ns = 0;
-  for (unsigned long long next = 1;; ++next) {
+  // A relaunch (after an idle exit) carries on after the last request the previous run finished.
+  const unsigned long long first = *reinterpret_cast<volatile unsigned long long*>(&mailbox->done) + 1;
+  for (unsigned long long next = first;; ++next) {
     if (warp == 0) {
       if (lane == 0) {
+        // Exit when told to, or after idle_ns without a request: a kernel that never ends would make
+        // every device-wide synchronization (and CUDA's lazy loading of other kernels, which waits for
+        // the device) hang. The host relaunches on the next request.
         int stopping = 0;
+        const unsigned long long idle_since = global_ns();
         while (*reinterpret_cast<volatile unsigned long long*>(&mailbox->posted) < next) {
-          if (*reinterpret_cast<volatile unsigned long long*>(&mailbox->stop) != 0) {
+          if (*reinterpret_cast<volatile unsigned long long*>(&mailbox->stop) != 0 ||
+              global_ns() - idle_since > idle_ns) {
             stopping = 1;
             break;
           }
@@ -255,7 +266,13 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
       }
     }
     __syncthreads();
-    if (stop) return;
+    if (stop) {
+      if (threadIdx.x == 0) {
+        __threadfence_system();
+        *reinterpret_cast<volatile unsigned long long*>(&mailbox->alive) = 0;
+      }
+      return;
+    }
     const int count = request[0];
     const int to_pool = request[1];
     const int* blocks = request + 2;
@@ -523,6 +540,19 @@ void event_synchronize(uint64_t event) {
   CUDA_CHECK(cudaEventSynchronize(rec->event));
 }
 
+bool event_wait(uint64_t event, double timeout_s) {
+  if (timeout_s < 0) {
+    event_synchronize(event);
+    return true;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (!event_query(event)) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 void stream_wait_stream(int device, uint64_t stream, uint64_t after) {
   if (stream == after) return;
   uint64_t event = event_acquire(device);
@@ -684,13 +714,26 @@ struct PersistentCopier {
   cudaStream_t stream = nullptr;
   uint64_t next_seq = 1;
   bool running = false;
+  uint64_t relaunches = 0;
+  std::function<void()> launch;               // launches the kernel on `stream` (arguments captured)
   std::mutex mutex;
 };
 
 namespace {
 
+// The kernel leaves after an idle spell; launch it again if it has (or is about to: a relaunch queued
+// behind an instance that is still finishing starts after it, on the same stream). Caller holds mutex.
+void ensure_running_locked(PersistentCopier& copier) {
+  volatile unsigned long long* alive = &copier.mailbox->alive;
+  if (*alive != 0) return;
+  *alive = 1;
+  DeviceGuard guard(copier.device);
+  copier.launch();
+  ++copier.relaunches;
+}
+
 template <int NREG, bool GLOBAL_REGIONS, int ALIGN>
-void launch_persistent(PersistentCopier& copier, const CopyArgs& args, const DeviceLayout& layout) {
+void set_launcher(PersistentCopier& copier, const CopyArgs& args, const DeviceLayout& layout, uint64_t idle_ns) {
   InlineRegions<NREG> regions{};
   if constexpr (!GLOBAL_REGIONS) {
     for (size_t r = 0; r < layout.regions.size(); ++r) {
@@ -698,36 +741,50 @@ void launch_persistent(PersistentCopier& copier, const CopyArgs& args, const Dev
       regions.r[r] = DevRegion{src.base, src.block_stride, src.bytes, src.slot_offset, layout.tile_start[r], 0};
     }
   }
-  kv_persistent_kernel<NREG, GLOBAL_REGIONS, ALIGN>
-      <<<1, kPersistentThreads, 0, copier.stream>>>(copier.mailbox, args, regions, copier.segments);
-  CUDA_CHECK(cudaGetLastError());
+  PersistentCopier* c = &copier;
+  copier.launch = [c, args, regions, idle_ns]() {
+    kv_persistent_kernel<NREG, GLOBAL_REGIONS, ALIGN>
+        <<<1, kPersistentThreads, 0, c->stream>>>(c->mailbox, args, regions, c->segments, idle_ns);
+    CUDA_CHECK(cudaGetLastError());
+  };
 }
 
 template <int ALIGN>
-void launch_persistent_aligned(PersistentCopier& copier, const CopyArgs& args, const DeviceLayout& layout) {
+void set_launcher_aligned(PersistentCopier& copier, const CopyArgs& args, const DeviceLayout& layout, uint64_t idle_ns) {
   const size_t nreg = layout.regions.size();
   if (nreg <= 4) {
-    launch_persistent<4, false, ALIGN>(copier, args, layout);
+    set_launcher<4, false, ALIGN>(copier, args, layout, idle_ns);
   } else if (nreg <= 64) {
-    launch_persistent<64, false, ALIGN>(copier, args, layout);
+    set_launcher<64, false, ALIGN>(copier, args, layout, idle_ns);
   } else {
-    launch_persistent<1, true, ALIGN>(copier, args, layout);
+    set_launcher<1, true, ALIGN>(copier, args, layout, idle_ns);
   }
 }
 
-void check_persistent_alive(const PersistentCopier& copier, uint64_t seq) {
+std::string persistent_state(const PersistentCopier& copier) {
+  auto word = [](const unsigned long long& w) { return std::to_string(*reinterpret_cast<const volatile unsigned long long*>(&w)); };
+  return "posted " + word(copier.mailbox->posted) + ", done " + word(copier.mailbox->done) + ", alive " +
+         word(copier.mailbox->alive) + ", relaunches " + std::to_string(copier.relaunches);
+}
+
+// The kernel may have idled out in the instant between a post and its last look at the ring:
+// relaunch it if it has exited with request `seq` still undone. Cheap unless it has.
+void relaunch_if_exited(PersistentCopier& copier, uint64_t seq) {
+  if (*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->alive) != 0) return;
+  std::lock_guard<std::mutex> lock(copier.mutex);
+  if (*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->done) >= seq) return;
+  KV_CHECK(copier.running, "the persistent copier was stopped before request " + std::to_string(seq) + " completed");
+  ensure_running_locked(copier);
+}
+
+// A fault in the kernel (e.g. a bad address) surfaces on its stream.
+void check_fault(PersistentCopier& copier) {
   cudaError_t err = cudaStreamQuery(copier.stream);
   if (err == cudaErrorNotReady) {
     (void)cudaGetLastError();
     return;
   }
   CUDA_CHECK(err);
-  // The kernel exited; it finishes everything posted before it stops, so this is only a late check.
-  if (*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->done) < seq) {
-    throw KvError("the persistent copy kernel is not running (stopped before request " + std::to_string(seq) +
-                      " completed)",
-                  __FILE__, __LINE__);
-  }
 }
 
 }  // namespace
@@ -735,13 +792,15 @@ void check_persistent_alive(const PersistentCopier& copier, uint64_t seq) {
 int persistent_max_tiles() { return 2 * (kPersistentThreads / 32); }
 
 std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, int64_t slots_per_segment,
-                                                   int64_t slot_bytes, const std::vector<uint64_t>& segments) {
+                                                   int64_t slot_bytes, const std::vector<uint64_t>& segments,
+                                                   int64_t idle_us) {
   KV_CHECK(segments.size() <= static_cast<size_t>(kMaxSegments), "persistent_start: too many segments");
+  KV_CHECK(idle_us > 0, "persistent_start: idle_us must be > 0");
   DeviceGuard guard(layout.device);
   auto copier = std::shared_ptr<PersistentCopier>(new PersistentCopier(), [](PersistentCopier* c) {
-    if (c->running) {
+    if (c->mailbox != nullptr) {
       c->mailbox->stop = 1;
-      (void)cudaStreamSynchronize(c->stream);
+      if (c->stream != nullptr) (void)cudaStreamSynchronize(c->stream);
     }
     if (c->stream != nullptr) (void)cudaStreamDestroy(c->stream);
     if (c->segments != nullptr) (void)cudaFree(c->segments);
@@ -769,12 +828,17 @@ std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, i
   bool aligned = layout.alignment == 16 && slot_bytes % 16 == 0;
   for (uint64_t base : segments) aligned = aligned && base % 16 == 0;
   // Segments added later are cudaMalloc'ed or IPC-mapped (256-byte aligned), so this choice holds.
+  const uint64_t idle_ns = static_cast<uint64_t>(idle_us) * 1000;
   if (aligned) {
-    launch_persistent_aligned<16>(*copier, args, layout);
+    set_launcher_aligned<16>(*copier, args, layout, idle_ns);
   } else {
-    launch_persistent_aligned<1>(*copier, args, layout);
+    set_launcher_aligned<1>(*copier, args, layout, idle_ns);
   }
   copier->running = true;
+  {
+    std::lock_guard<std::mutex> lock(copier->mutex);
+    ensure_running_locked(*copier);
+  }
   return copier;
 }
 
@@ -782,6 +846,8 @@ void persistent_set_segment(PersistentCopier& copier, int64_t index, uint64_t ba
   KV_CHECK(index >= 0 && index < kMaxSegments, "persistent_set_segment: index out of range");
   DeviceGuard guard(copier.device);
   unsigned long long value = base;
+  // Through the legacy stream, which does not wait for the copier's non-blocking stream: the resident
+  // kernel reads the table afresh for every request.
   CUDA_CHECK(cudaMemcpy(copier.segments + index, &value, sizeof(value), cudaMemcpyHostToDevice));
 }
 
@@ -789,14 +855,19 @@ uint64_t persistent_submit(PersistentCopier& copier, bool to_pool, const int32_t
   KV_CHECK(n >= 0 && n <= kPersistentMaxBlocks, "the persistent copier takes at most " +
                                                     std::to_string(kPersistentMaxBlocks) + " blocks per request, got " +
                                                     std::to_string(n) + "; use the 'kernel' method");
-  std::lock_guard<std::mutex> lock(copier.mutex);
-  KV_CHECK(copier.running, "the persistent copier is stopped");
-  const uint64_t seq = copier.next_seq++;
-  volatile unsigned long long* done = &copier.mailbox->done;
-  // The ring entry may still be read by the kernel for the request kPersistentRing back.
-  for (uint64_t spins = 0; *done + kPersistentRing < seq; ++spins) {
-    if ((spins & 0xFFFF) == 0xFFFF) check_persistent_alive(copier, seq - kPersistentRing);
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(copier.mutex);
+    KV_CHECK(copier.running, "the persistent copier is stopped");
+    seq = copier.next_seq++;
   }
+  // The ring entry may still be read by the kernel for the request kPersistentRing back.
+  volatile unsigned long long* done = &copier.mailbox->done;
+  for (uint64_t spins = 0; *done + kPersistentRing < seq; ++spins) {
+    if ((spins & 0xFF) == 0xFF) relaunch_if_exited(copier, seq - kPersistentRing);
+    if ((spins & 0xFFFF) == 0xFFFF) check_fault(copier);
+  }
+  std::lock_guard<std::mutex> lock(copier.mutex);
   PersistentRequest& entry = copier.mailbox->ring[seq % kPersistentRing];
   entry.count = n;
   entry.to_pool = to_pool ? 1 : 0;
@@ -805,29 +876,44 @@ uint64_t persistent_submit(PersistentCopier& copier, bool to_pool, const int32_t
   // The entry must be in memory before the kernel can see `posted` move.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   *reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->posted) = seq;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ensure_running_locked(copier);
   return seq;
 }
 
-bool persistent_done(const PersistentCopier& copier, uint64_t seq) {
+bool persistent_done(PersistentCopier& copier, uint64_t seq) {
   if (*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->done) >= seq) return true;
-  check_persistent_alive(copier, seq);
+  relaunch_if_exited(copier, seq);
+  check_fault(copier);
   return false;
 }
 
-void persistent_wait(const PersistentCopier& copier, uint64_t seq) {
+void persistent_wait(PersistentCopier& copier, uint64_t seq, double timeout_s) {
   volatile unsigned long long* done = &copier.mailbox->done;
+  const auto start = std::chrono::steady_clock::now();
   for (uint64_t spins = 0; *done < seq; ++spins) {
-    if ((spins & 0xFFFF) == 0xFFFF) check_persistent_alive(copier, seq);
+    if ((spins & 0xFF) == 0xFF) relaunch_if_exited(copier, seq);
+    if ((spins & 0xFFFF) == 0xFFFF) {
+      check_fault(copier);
+      if (timeout_s >= 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+        throw KvError("persistent copy request " + std::to_string(seq) + " not done after " +
+                          std::to_string(timeout_s) + " s (wait timeout_s); " + persistent_state(copier),
+                      __FILE__, __LINE__);
+      }
+    }
   }
   std::atomic_thread_fence(std::memory_order_acquire);
 }
 
 void persistent_stop(PersistentCopier& copier) {
-  std::lock_guard<std::mutex> lock(copier.mutex);
-  if (!copier.running) return;
+  {
+    std::lock_guard<std::mutex> lock(copier.mutex);
+    if (!copier.running) return;
+    copier.running = false;
+  }
   *reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->stop) = 1;
   DeviceGuard guard(copier.device);
-  copier.running = false;
   CUDA_CHECK(cudaStreamSynchronize(copier.stream));
 }
 
@@ -835,6 +921,8 @@ std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copie
   return {static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_cycles)),
           static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_ns))};
 }
+
+int64_t persistent_relaunches(const PersistentCopier& copier) { return static_cast<int64_t>(copier.relaunches); }
 
 int clock_rate_khz(int device) {
   check_device(device);

@@ -43,6 +43,8 @@ void event_release(uint64_t event);
 void event_record(uint64_t event, uint64_t stream);
 bool event_query(uint64_t event);
 void event_synchronize(uint64_t event);
+// Waits up to timeout_s (< 0: no limit); false if the event is still pending then.
+bool event_wait(uint64_t event, double timeout_s);
 // `stream` waits for the work queued so far on `after` (both on `device`).
 void stream_wait_stream(int device, uint64_t stream, uint64_t after);
 void stream_synchronize(int device, uint64_t stream);
@@ -86,15 +88,19 @@ void memcpy_each(int device, const std::vector<uint64_t>& dsts, const std::vecto
 constexpr int kPersistentMaxBlocks = 16;
 struct PersistentCopier;
 int persistent_max_tiles();
+// The kernel exits after idle_us without a request and is relaunched by the next one.
 std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, int64_t slots_per_segment,
-                                                   int64_t slot_bytes, const std::vector<uint64_t>& segments);
+                                                   int64_t slot_bytes, const std::vector<uint64_t>& segments,
+                                                   int64_t idle_us);
 void persistent_set_segment(PersistentCopier& copier, int64_t index, uint64_t base);
 uint64_t persistent_submit(PersistentCopier& copier, bool to_pool, const int32_t* blocks, const int32_t* slots, int n);
-bool persistent_done(const PersistentCopier& copier, uint64_t seq);
-void persistent_wait(const PersistentCopier& copier, uint64_t seq);
+bool persistent_done(PersistentCopier& copier, uint64_t seq);
+// timeout_s < 0 waits without limit.
+void persistent_wait(PersistentCopier& copier, uint64_t seq, double timeout_s);
 void persistent_stop(PersistentCopier& copier);
 // (SM cycles, global-timer nanoseconds) the copier spent on its last request, from seeing it to done.
 std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copier);
+int64_t persistent_relaunches(const PersistentCopier& copier);
 int clock_rate_khz(int device);
 
 // One contiguous copy (the bulk peer copy the benchmark compares with).

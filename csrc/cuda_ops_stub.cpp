@@ -37,6 +37,7 @@ void event_release(uint64_t) {}
 void event_record(uint64_t, uint64_t) { NO_CUDA("event_record"); }
 bool event_query(uint64_t) { return true; }
 void event_synchronize(uint64_t) {}
+bool event_wait(uint64_t, double) { return true; }
 void stream_wait_stream(int, uint64_t, uint64_t) { NO_CUDA("stream_wait_stream"); }
 void stream_synchronize(int, uint64_t) { NO_CUDA("stream_synchronize"); }
 DeviceLayout make_device_layout(int, const std::vector<Region>&) { NO_CUDA("make_device_layout"); }
@@ -56,15 +57,17 @@ void memcpy_each(int, const std::vector<uint64_t>&, const std::vector<int>&, con
 void memcpy_peer(uint64_t, int, uint64_t, int, int64_t, uint64_t) { NO_CUDA("memcpy_peer"); }
 struct PersistentCopier {};
 int persistent_max_tiles() { return 0; }
-std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout&, int64_t, int64_t, const std::vector<uint64_t>&) {
+std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout&, int64_t, int64_t, const std::vector<uint64_t>&,
+                                                   int64_t) {
   NO_CUDA("persistent_start");
 }
 void persistent_set_segment(PersistentCopier&, int64_t, uint64_t) { NO_CUDA("persistent_set_segment"); }
 uint64_t persistent_submit(PersistentCopier&, bool, const int32_t*, const int32_t*, int) { NO_CUDA("persistent_submit"); }
-bool persistent_done(const PersistentCopier&, uint64_t) { return true; }
-void persistent_wait(const PersistentCopier&, uint64_t) {}
+bool persistent_done(PersistentCopier&, uint64_t) { return true; }
+void persistent_wait(PersistentCopier&, uint64_t, double) {}
 void persistent_stop(PersistentCopier&) {}
 std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier&) { return {0, 0}; }
+int64_t persistent_relaunches(const PersistentCopier&) { return 0; }
 int clock_rate_khz(int) { NO_CUDA("clock_rate_khz"); }
 
 }  // namespace specgen_kv::cuda_ops

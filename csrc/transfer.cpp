@@ -12,11 +12,11 @@ bool CopyEvent::done() const {
   return event_ == 0 || cuda_ops::event_query(event_);
 }
 
-void CopyEvent::wait() const {
+void CopyEvent::wait(double timeout_s) const {
   if (copier_) {
-    cuda_ops::persistent_wait(*copier_, seq_);
-  } else if (event_ != 0) {
-    cuda_ops::event_synchronize(event_);
+    cuda_ops::persistent_wait(*copier_, seq_, timeout_s);
+  } else if (event_ != 0 && !cuda_ops::event_wait(event_, timeout_s)) {
+    throw KvError("copy not done after " + std::to_string(timeout_s) + " s (wait timeout_s)", __FILE__, __LINE__);
   }
 }
 
@@ -66,10 +66,15 @@ Transfer::~Transfer() {
   cuda_ops::free_device_layout(device_layout_);
 }
 
-void Transfer::start_persistent() {
+void Transfer::start_persistent(int64_t idle_us) {
   KV_CHECK(device_ >= 0, "start_persistent: the persistent copier needs a CUDA device (this transfer works on host memory)");
   if (persistent_) return;
-  persistent_ = cuda_ops::persistent_start(device_layout_, slots_per_segment_, slot_bytes_, segments_);
+  persistent_ = cuda_ops::persistent_start(device_layout_, slots_per_segment_, slot_bytes_, segments_, idle_us);
+}
+
+int64_t Transfer::persistent_launches() const {
+  KV_CHECK(persistent_ != nullptr, "persistent_launches: the persistent copier is not running");
+  return cuda_ops::persistent_relaunches(*persistent_);
 }
 
 void Transfer::stop_persistent() {

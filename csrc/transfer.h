@@ -29,7 +29,8 @@ class CopyEvent {
   CopyEvent& operator=(const CopyEvent&) = delete;
 
   bool done() const;
-  void wait() const;
+  // Blocks until the copy is complete; with timeout_s >= 0, raises after that many seconds.
+  void wait(double timeout_s = -1.0) const;
 
  private:
   uint64_t event_ = 0;
@@ -58,11 +59,14 @@ class Transfer {
   Method resolve(Method method) const;
 
   // Start / stop the persistent copier (one resident CTA on this device) that serves Method::Persistent.
-  void start_persistent();
+  // It leaves the GPU after idle_us without a request and comes back with the next one.
+  void start_persistent(int64_t idle_us = 200);
   void stop_persistent();
   bool persistent_running() const { return persistent_ != nullptr; }
   // (SM cycles, global-timer ns) the persistent copier spent on its last request (seeing it -> done).
   std::pair<int64_t, int64_t> persistent_last_timing() const;
+  // Launches of the persistent kernel so far (the first, then one after each idle exit).
+  int64_t persistent_launches() const;
 
   int device() const { return device_; }
   int64_t num_blocks() const { return num_blocks_; }

@@ -297,8 +297,9 @@ class Bench:
                     # Persistent copier: checked against torch first, then timed.
                     transfer.start_persistent()
                     b, s = picks[0]
-                    op(b, s, method="persistent").wait()
-                    if not torch.equal(cache[int(b[0])], pool[int(s[0])].to(cache.device)):
+                    op(b, s, method="persistent").wait(timeout_s=10)
+                    # Compared on the host: no GPU kernels while the resident one runs.
+                    if not torch.equal(cache[int(b[0])].cpu(), pool[int(s[0])].cpu()):
                         raise SystemExit(f"MISMATCH: persistent {direction}")
                     cycles, nanos = [], []
 
@@ -306,6 +307,7 @@ class Bench:
                         return op(b, s, method="persistent")
 
                     entry.update(self._e2e(persistent, picks, "persistent", timing=(transfer, cycles, nanos)))
+                    entry["persistent_launches"] = transfer.persistent_launches()
                     transfer.stop_persistent()
                     entry["persistent_gpu_us_median_globaltimer"] = statistics.median(nanos) / 1000.0
                     entry["persistent_gpu_us_median_cycles_at_max_clock"] = statistics.median(cycles) / clock_khz * 1000.0
@@ -325,12 +327,12 @@ class Bench:
              timing: tuple[Any, list[int], list[int]] | None = None) -> dict[str, float]:
         """Wall time from the Python call until its completion event reports done (no device-wide sync)."""
         for i in range(200):
-            call(*picks[i % len(picks)]).wait()
+            call(*picks[i % len(picks)]).wait(timeout_s=10)
         walls = []
         for i in range(self.args.latency_reps):
             b, s = picks[i % len(picks)]
             t0 = time.perf_counter_ns()
-            call(b, s).wait()
+            call(b, s).wait(timeout_s=10)
             walls.append((time.perf_counter_ns() - t0) / 1000.0)
             if timing is not None:
                 cycles, nanos = timing[0].persistent_last_timing()

@@ -85,9 +85,15 @@ class KvTransfer:
         """The method a call with `method` uses for this layout."""
         return str(self._transfer.resolve(_method(method)).name).lower()
 
-    def start_persistent(self) -> None:
-        """Start the persistent copier (one resident CTA on the cache's GPU, until stop_persistent)."""
-        self._transfer.start_persistent()
+    def start_persistent(self, idle_us: int = 200) -> None:
+        """Start the persistent copier: one resident CTA on the cache's GPU. It leaves the GPU after
+        `idle_us` without a request (a kernel that never ends would hang every device-wide
+        synchronization, and CUDA's lazy loading of other kernels) and is relaunched by the next one."""
+        self._transfer.start_persistent(int(idle_us))
+
+    def persistent_launches(self) -> int:
+        """Launches of the persistent kernel so far (1 + relaunches after idle exits)."""
+        return int(self._transfer.persistent_launches())
 
     def stop_persistent(self) -> None:
         """Stop it after the requests already handed over (the CTA's multiprocessor is freed)."""

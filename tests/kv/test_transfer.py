@@ -2,6 +2,8 @@
 and on one or two GPUs (gpu / gpu2 markers) on the GPU machine."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -174,7 +176,7 @@ def _persistent_cycle(pool_device: str) -> None:
     transfer.set_segment(0, segments[0].data_ptr())
     views = ByteViews(tensors, layout)
     synchronize_all()
-    transfer.start_persistent()
+    transfer.start_persistent(idle_us=1000)
     assert transfer.persistent_running
     error = kv_extension().KvTransferError
     with pytest.raises(error, match="cannot wait for `after`"):
@@ -190,16 +192,24 @@ def _persistent_cycle(pool_device: str) -> None:
         slots = rng.choice(2 * sps, size=len(blocks), replace=False)
         events = [transfer.store([b], [s], method="persistent") for b, s in zip(blocks, slots)]
         for e in events:
-            e.wait()
+            e.wait(timeout_s=10)
         assert all(e.done() for e in events)
         for b, s in zip(blocks, slots):
             assert torch.equal(views.slot(segments, sps, int(s)), views.block(int(b))), f"round {round_}: slot {s}"
         targets = num_blocks // 2 + rng.choice(num_blocks // 2, size=len(blocks), replace=False)
-        transfer.load(targets, slots, method="persistent").wait()
+        transfer.load(targets, slots, method="persistent").wait(timeout_s=10)
         for t, b in zip(targets, blocks):
             assert torch.equal(views.block(int(t)), views.block(int(b)))
     cycles, ns = transfer.persistent_last_timing()
     assert cycles > 0 and ns >= 0
+    # Idle, the kernel leaves the GPU: device-wide synchronization returns, and the next request
+    # brings the kernel back.
+    launches = transfer.persistent_launches()
+    time.sleep(0.01)
+    torch.cuda.synchronize(0)
+    transfer.load([num_blocks - 1], [0], method="persistent").wait(timeout_s=10)
+    assert torch.equal(views.block(num_blocks - 1), views.slot(segments, sps, 0))
+    assert transfer.persistent_launches() == launches + 1
     transfer.stop_persistent()
     assert not transfer.persistent_running
     with pytest.raises(error, match="start the persistent copier first"):
