@@ -71,7 +71,10 @@ def tiny_vllm_engine(loop: LoopRunner, tiny_model_path: str) -> Iterator[Any]:
     """A started `VLLMEngine` on the tiny model, shared by every test of the session."""
     from specgen.engines.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(tiny_model_path, max_model_len=8192, kv_cache_gib=1, dtype="float32")
+    # Eager mode: skips torch.compile, which costs more start-up time than these short tests save.
+    engine = VLLMEngine(
+        tiny_model_path, max_model_len=8192, kv_cache_gib=1, dtype="float32", engine_args={"enforce_eager": True}
+    )
     loop.run(engine.start(), timeout_s=600)
     yield engine
     loop.run(engine.close(), timeout_s=120)

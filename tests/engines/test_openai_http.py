@@ -65,7 +65,7 @@ def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory) 
             [sys.executable, "-m", "specgen.engines.serve_vllm", tiny_model_path,
              "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
              "--max-model-len", "8192", "--dtype", "float32", "--enable-prefix-caching",
-             "--enable-prompt-tokens-details"],
+             "--enable-prompt-tokens-details", "--enforce-eager"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
     server = Server(process, port, log_path)
