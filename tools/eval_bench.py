@@ -178,6 +178,9 @@ def spread(device: str, args: argparse.Namespace, cache_ref: bool, work: Path) -
             verdict = worker.run(submission(case, f"spread-{index}"), "full")
             if verdict.speedup:
                 speedups.append(verdict.speedup)
+    if len(speedups) < 2:
+        return {"candidate": case.name, "cache_ref_timing": cache_ref, "speedups": speedups,
+                "median": None, "range_over_median": None, "cv": None}
     median = statistics.median(speedups)
     return {"candidate": case.name, "cache_ref_timing": cache_ref, "speedups": speedups,
             "median": median, "range_over_median": (max(speedups) - min(speedups)) / median,
@@ -192,7 +195,8 @@ def phase_run(args: argparse.Namespace) -> dict:
         results["specgen"] = run_mode("specgen", args.device, args.spares, True, args,
                                       work / "specgen", None)
         results["spread_cached_ref"] = spread(args.device, args, True, work / "spread-cached")
-        results["spread_fresh_ref"] = spread(args.device, args, False, work / "spread-fresh")
+        if args.spread_fresh_ref:
+            results["spread_fresh_ref"] = spread(args.device, args, False, work / "spread-fresh")
 
     def baseline() -> None:
         # Its own cache: the extension libraries built beforehand are copied in (as KernelBench
@@ -235,7 +239,7 @@ def report(results: dict) -> str:
                      f"{s['process_start']} | {s['compile']} | {s['correctness']} | "
                      f"{s['timing']} | {right}/{r['evaluated']} |")
     for key in ("spread_cached_ref", "spread_fresh_ref"):
-        if key in results:
+        if key in results and results[key]["median"] is not None:
             sp = results[key]
             lines.append(f"\n{key}: {sp['candidate']} speedup median {sp['median']:.3f}, "
                          f"(max-min)/median {100 * sp['range_over_median']:.2f}%, "
@@ -262,6 +266,8 @@ def main() -> int:
     parser.add_argument("--spares", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--spread-candidate", default="softmax_triton")
+    parser.add_argument("--spread-fresh-ref", action="store_true",
+                        help="also repeat the spread runs with the reference timed each time")
     parser.add_argument("--cache", default=None, help="shared build/timing cache directory")
     parser.add_argument("--work", default=None)
     parser.add_argument("--out", default=str(REPO / "out"))

@@ -224,6 +224,9 @@ class Evaluation:
     def call_candidate(self, inputs: list[Any], what: str, check_globals: bool = True) -> Any:
         launches, errors = self.ledger.launches, len(self.ledger.errors)
         threads = self.threads.started
+        # Inputs (clones, poisoned blocks) complete before the call: a candidate whose work runs
+        # on another stream must not be judged on a race with our own copies.
+        self._sync_or_stop()
         began = time.perf_counter()
         try:
             out = self.cand(*inputs)

@@ -76,9 +76,14 @@ class Sentinels:
                     current.get(name, _MISSING) is value for name, value in saved.items()):
                 continue
             for name, value in saved.items():
-                if current.get(name, _MISSING) is not value:
-                    changed.append(f"{label}.{name}")
-                    _restore(obj, name, value)
+                now = current.get(name, _MISSING)
+                if now is value:
+                    continue
+                if _torch_rewrap(now, value):
+                    saved[name] = now  # torch's own wrapper of the same function: not a patch
+                    continue
+                changed.append(f"{label}.{name}")
+                _restore(obj, name, value)
             for name in set(current) - set(saved):
                 if not name.startswith("__") and not _is_lazy_cache(label, name):
                     changed.append(f"{label}.{name} (added)")
@@ -87,6 +92,19 @@ class Sentinels:
 
 
 _MISSING = object()
+_REWRAP_CODE: list[Any] = []
+
+
+def _torch_rewrap(new: Any, old: Any) -> bool:
+    """True when torch itself wrapped `old` (importing torch._dynamo, which the profiler and
+    torch.compile do, rewraps torch.manual_seed with `torch._disable_dynamo`)."""
+    if getattr(new, "__wrapped__", None) is not old:
+        return False
+    if not _REWRAP_CODE:
+        import torch
+        disable = getattr(torch, "_disable_dynamo", None)
+        _REWRAP_CODE.append(disable(lambda: None).__code__ if disable else None)
+    return _REWRAP_CODE[0] is not None and getattr(new, "__code__", None) is _REWRAP_CODE[0]
 
 
 def _is_lazy_cache(label: str, name: str) -> bool:
