@@ -186,36 +186,41 @@ __global__ void __launch_bounds__(kMaxThreadsPerCta)
 
 
 // ---------------------------------------------------------------------------------------------
-// Persistent copier: one resident CTA that takes small copies from a ring in pinned host memory.
+// Persistent copier: a few resident CTAs that take small copies from a ring in pinned host memory.
 // A launched kernel's latency has a floor (the launch itself, a few microseconds of GPU time, plus
-// the host's launch call); a CTA that is already running only has to notice the request (one PCIe
-// read) and do the copy. It is for latency-bound fetches of a few blocks; large batches go through
-// the launched kernel, which spreads over every multiprocessor.
+// the host's launch call); CTAs that are already running only have to notice the request (one PCIe
+// read) and copy. A single CTA is not enough: one multiprocessor keeps too few peer reads in flight
+// (one CTA took 7 us for a 64 KiB block), so the copy is spread over kPersistentCtas of them, one
+// warp per 4 KiB tile. It is for latency-bound fetches of a few blocks; large batches go through the
+// launched kernel, which spreads over every multiprocessor.
 
 constexpr int kPersistentRing = 64;
-constexpr int kPersistentThreads = 512;
+constexpr int kPersistentCtas = 16;
+constexpr int kPersistentThreads = 128;
+constexpr int kPersistentWords = 32;          // one request: 128 bytes, read by one warp in one go
+constexpr unsigned long long kEpochExit = ~0ull;
 
-struct PersistentRequest {              // one ring entry, written by the host before `posted`
-  int count;
-  int to_pool;
-  int block[kPersistentMaxBlocks];
-  int slot[kPersistentMaxBlocks];
-  int pad[2];
-};
+// Request words: [0] seq, [1] count, [2] to_pool, [3..16] blocks, [17..30] slots, [31] seq again.
+// The host writes seq into both ends last; a snapshot whose two ends both hold the expected seq has
+// every word of the request (each 64-byte half was written before its own seq word).
+static_assert(3 + 2 * kPersistentMaxBlocks + 1 == kPersistentWords, "request layout");
 
 struct PersistentMailbox {              // pinned host memory, mapped into the device
-  unsigned long long posted;            // host: last sequence number whose ring entry is complete
+  unsigned int ring[kPersistentRing][kPersistentWords];
   unsigned long long stop;              // host: nonzero asks the kernel to finish and exit
-  unsigned long long host_pad[6];       // host-written and device-written words on separate lines
+  unsigned long long host_pad[7];       // host-written and device-written words on separate lines
   unsigned long long done;              // device: last sequence number completed (data visible)
   unsigned long long alive;             // host sets 1 when it launches the kernel; the kernel's last act is 0
-  unsigned long long copy_cycles;       // device: SM cycles from seeing the last request to done
-  unsigned long long copy_ns;           // device: the same span on the global nanosecond timer
-  unsigned long long device_pad[4];
-  PersistentRequest ring[kPersistentRing];
+  unsigned long long copy_ns;           // device: global-timer ns from seeing the last request to done
+  unsigned long long device_pad[5];
 };
 
-constexpr int kPersistentRequestWords = 2 + 2 * kPersistentMaxBlocks;
+struct PersistentDeviceState {          // device memory, shared by the resident CTAs
+  unsigned long long epoch;             // the request the CTAs are to work on now, or kEpochExit
+  unsigned long long finished;          // CTA completions, kPersistentCtas per request
+  unsigned long long seen_ns;           // when the leader saw the current request
+  unsigned int request[kPersistentWords];
+};
 
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -224,61 +229,79 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 
 template <int NREG, bool GLOBAL_REGIONS, int ALIGN>
-__global__ void __launch_bounds__(kPersistentThreads, 1)
-    kv_persistent_kernel(PersistentMailbox* mailbox, const __grid_constant__ CopyArgs args,
+__global__ void __launch_bounds__(kPersistentThreads)
+    kv_persistent_kernel(PersistentMailbox* mailbox, PersistentDeviceState* state, const __grid_constant__ CopyArgs args,
                          const __grid_constant__ InlineRegions<NREG> inline_regions,
                          const unsigned long long* segments, unsigned long long idle_ns) {
-  __shared__ int request[kPersistentRequestWords];
-  __shared__ int stop;
+  __shared__ unsigned int request[kPersistentWords];
+  __shared__ int leave;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int num_warps = blockDim.x >> 5;
-  long long started = 0;
-  unsigned long long started_ns = 0;
+  const bool leader = blockIdx.x == 0 && warp == 0;
+  volatile unsigned long long* epoch = &state->epoch;
   // A relaunch (after an idle exit) carries on after the last request the previous run finished.
   const unsigned long long first = *reinterpret_cast<volatile unsigned long long*>(&mailbox->done) + 1;
   for (unsigned long long next = first;; ++next) {
-    if (warp == 0) {
-      if (lane == 0) {
-        // Exit when told to, or after idle_ns without a request: a kernel that never ends would make
-        // every device-wide synchronization (and CUDA's lazy loading of other kernels, which waits for
-        // the device) hang. The host relaunches on the next request.
-        int stopping = 0;
-        const unsigned long long idle_since = global_ns();
-        while (*reinterpret_cast<volatile unsigned long long*>(&mailbox->posted) < next) {
-          if (*reinterpret_cast<volatile unsigned long long*>(&mailbox->stop) != 0 ||
-              global_ns() - idle_since > idle_ns) {
-            stopping = 1;
-            break;
-          }
-          __nanosleep(32);
+    if (leader) {
+      // Poll the ring entry itself (one 128-byte read per look). Leave after idle_ns without a
+      // request, or when told to: a kernel that never ends would hang every device-wide
+      // synchronization and CUDA's lazy loading of other kernels. The host relaunches on demand.
+      const unsigned long long idle_since = global_ns();
+      const volatile unsigned int* entry = mailbox->ring[next % kPersistentRing];
+      bool exiting = false;
+      for (unsigned int looks = 0;; ++looks) {
+        const unsigned int word = entry[lane];
+        const unsigned int head = __shfl_sync(0xffffffffu, word, 0);
+        const unsigned int tail = __shfl_sync(0xffffffffu, word, kPersistentWords - 1);
+        if (head == static_cast<unsigned int>(next) && tail == static_cast<unsigned int>(next)) {
+          state->request[lane] = word;
+          break;
         }
-        stop = stopping;
-        started = clock64();
-        started_ns = global_ns();
+        int quit = 0;
+        if (lane == 0) {
+          quit = global_ns() - idle_since > idle_ns ||
+                 ((looks & 15) == 15 && *reinterpret_cast<volatile unsigned long long*>(&mailbox->stop) != 0);
+        }
+        if (__shfl_sync(0xffffffffu, quit, 0)) {
+          exiting = true;
+          break;
+        }
+        __nanosleep(32);
+      }
+      // Every lane's request word must be visible device-wide before the epoch announces it.
+      __threadfence();
+      __syncwarp();
+      if (lane == 0) {
+        if (!exiting) state->seen_ns = global_ns();
+        __threadfence();
+        *epoch = exiting ? kEpochExit : next;
       }
       __syncwarp();
-      if (!stop) {
-        // The entry was written before `posted`: order these reads after the one that saw it.
-        __threadfence_system();
-        const volatile int* words = reinterpret_cast<const volatile int*>(&mailbox->ring[next % kPersistentRing]);
-        for (int i = lane; i < kPersistentRequestWords; i += 32) request[i] = words[i];
-      }
+    }
+    if (threadIdx.x == 0) {
+      unsigned long long e;
+      while ((e = *epoch) != next && e != kEpochExit) __nanosleep(20);
+      leave = e == kEpochExit;
+      __threadfence();
     }
     __syncthreads();
-    if (stop) {
-      if (threadIdx.x == 0) {
+    if (leave) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) {
         __threadfence_system();
         *reinterpret_cast<volatile unsigned long long*>(&mailbox->alive) = 0;
       }
       return;
     }
-    const int count = request[0];
-    const int to_pool = request[1];
-    const int* blocks = request + 2;
-    const int* slots = request + 2 + kPersistentMaxBlocks;
+    if (threadIdx.x < kPersistentWords) request[threadIdx.x] = *reinterpret_cast<volatile unsigned int*>(&state->request[threadIdx.x]);
+    __syncthreads();
+    const int count = static_cast<int>(request[1]);
+    const int to_pool = static_cast<int>(request[2]);
+    const int* blocks = reinterpret_cast<const int*>(request + 3);
+    const int* slots = reinterpret_cast<const int*>(request + 3 + kPersistentMaxBlocks);
     const int total = count * args.tiles_per_block;
-    for (int t = warp; t < total; t += num_warps) {
+    // Consecutive tiles go to different CTAs, so even one block spreads over many multiprocessors.
+    const int warps_in_grid = kPersistentCtas * (kPersistentThreads / 32);
+    for (int t = warp * kPersistentCtas + blockIdx.x; t < total; t += warps_in_grid) {
       const int pair = t / args.tiles_per_block;
       const int tile = t - pair * args.tiles_per_block;
       const int lo = find_region<NREG, GLOBAL_REGIONS>(args, inline_regions, tile);
@@ -294,11 +317,21 @@ __global__ void __launch_bounds__(kPersistentThreads, 1)
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
-      mailbox->copy_cycles = static_cast<unsigned long long>(clock64() - started);
-      mailbox->copy_ns = global_ns() - started_ns;
-      __threadfence_system();
-      *reinterpret_cast<volatile unsigned long long*>(&mailbox->done) = next;
+      const unsigned long long target = static_cast<unsigned long long>(kPersistentCtas) * next;
+      const unsigned long long previous = atomicAdd(&state->finished, 1ull);
+      if (previous + 1 == target) {
+        // The last CTA to finish tells the host.
+        mailbox->copy_ns = global_ns() - *reinterpret_cast<volatile unsigned long long*>(&state->seen_ns);
+        __threadfence_system();
+        *reinterpret_cast<volatile unsigned long long*>(&mailbox->done) = next;
+      }
+      if (blockIdx.x == 0) {
+        // The leader takes the next request only when every CTA is done with this one (they all work
+        // from the one request buffer).
+        while (*reinterpret_cast<volatile unsigned long long*>(&state->finished) < target) __nanosleep(20);
+      }
     }
+    __syncthreads();
   }
 }
 
@@ -710,6 +743,7 @@ void memcpy_peer(uint64_t dst, int dst_device, uint64_t src, int src_device, int
 struct PersistentCopier {
   int device = -1;
   PersistentMailbox* mailbox = nullptr;       // host address (the device uses the same, UVA)
+  PersistentDeviceState* state = nullptr;     // device memory
   unsigned long long* segments = nullptr;     // device table
   cudaStream_t stream = nullptr;
   uint64_t next_seq = 1;
@@ -728,6 +762,8 @@ void ensure_running_locked(PersistentCopier& copier) {
   if (*alive != 0) return;
   *alive = 1;
   DeviceGuard guard(copier.device);
+  // Queued behind the instance that just left (same stream): reset the epoch it left at "exit".
+  CUDA_CHECK(cudaMemsetAsync(&copier.state->epoch, 0, sizeof(unsigned long long), copier.stream));
   copier.launch();
   ++copier.relaunches;
 }
@@ -743,8 +779,8 @@ void set_launcher(PersistentCopier& copier, const CopyArgs& args, const DeviceLa
   }
   PersistentCopier* c = &copier;
   copier.launch = [c, args, regions, idle_ns]() {
-    kv_persistent_kernel<NREG, GLOBAL_REGIONS, ALIGN>
-        <<<1, kPersistentThreads, 0, c->stream>>>(c->mailbox, args, regions, c->segments, idle_ns);
+    kv_persistent_kernel<NREG, GLOBAL_REGIONS, ALIGN><<<kPersistentCtas, kPersistentThreads, 0, c->stream>>>(
+        c->mailbox, c->state, args, regions, c->segments, idle_ns);
     CUDA_CHECK(cudaGetLastError());
   };
 }
@@ -763,8 +799,8 @@ void set_launcher_aligned(PersistentCopier& copier, const CopyArgs& args, const 
 
 std::string persistent_state(const PersistentCopier& copier) {
   auto word = [](const unsigned long long& w) { return std::to_string(*reinterpret_cast<const volatile unsigned long long*>(&w)); };
-  return "posted " + word(copier.mailbox->posted) + ", done " + word(copier.mailbox->done) + ", alive " +
-         word(copier.mailbox->alive) + ", relaunches " + std::to_string(copier.relaunches);
+  return "submitted " + std::to_string(copier.next_seq - 1) + ", done " + word(copier.mailbox->done) + ", alive " +
+         word(copier.mailbox->alive) + ", launches " + std::to_string(copier.relaunches);
 }
 
 // The kernel may have idled out in the instant between a post and its last look at the ring:
@@ -789,7 +825,7 @@ void check_fault(PersistentCopier& copier) {
 
 }  // namespace
 
-int persistent_max_tiles() { return 2 * (kPersistentThreads / 32); }
+int persistent_max_tiles() { return kPersistentCtas * (kPersistentThreads / 32); }
 
 std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, int64_t slots_per_segment,
                                                    int64_t slot_bytes, const std::vector<uint64_t>& segments,
@@ -804,6 +840,7 @@ std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, i
     }
     if (c->stream != nullptr) (void)cudaStreamDestroy(c->stream);
     if (c->segments != nullptr) (void)cudaFree(c->segments);
+    if (c->state != nullptr) (void)cudaFree(c->state);
     if (c->mailbox != nullptr) (void)cudaFreeHost(c->mailbox);
     delete c;
   });
@@ -818,6 +855,10 @@ std::shared_ptr<PersistentCopier> persistent_start(const DeviceLayout& layout, i
   std::vector<unsigned long long> initial(kMaxSegments, 0);
   std::copy(segments.begin(), segments.end(), initial.begin());
   CUDA_CHECK(cudaMemcpy(table, initial.data(), initial.size() * sizeof(unsigned long long), cudaMemcpyHostToDevice));
+  void* state = nullptr;
+  CUDA_CHECK(cudaMalloc(&state, sizeof(PersistentDeviceState)));
+  copier->state = static_cast<PersistentDeviceState*>(state);
+  CUDA_CHECK(cudaMemset(state, 0, sizeof(PersistentDeviceState)));
   CUDA_CHECK(cudaStreamCreateWithFlags(&copier->stream, cudaStreamNonBlocking));
   CopyArgs args{};
   args.slots_per_segment = slots_per_segment;
@@ -868,14 +909,17 @@ uint64_t persistent_submit(PersistentCopier& copier, bool to_pool, const int32_t
     if ((spins & 0xFFFF) == 0xFFFF) check_fault(copier);
   }
   std::lock_guard<std::mutex> lock(copier.mutex);
-  PersistentRequest& entry = copier.mailbox->ring[seq % kPersistentRing];
-  entry.count = n;
-  entry.to_pool = to_pool ? 1 : 0;
-  std::copy(blocks, blocks + n, entry.block);
-  std::copy(slots, slots + n, entry.slot);
-  // The entry must be in memory before the kernel can see `posted` move.
+  volatile unsigned int* entry = copier.mailbox->ring[seq % kPersistentRing];
+  entry[1] = static_cast<unsigned int>(n);
+  entry[2] = to_pool ? 1u : 0u;
+  for (int i = 0; i < n; ++i) {
+    entry[3 + i] = static_cast<unsigned int>(blocks[i]);
+    entry[3 + kPersistentMaxBlocks + i] = static_cast<unsigned int>(slots[i]);
+  }
+  // Both ends carry the sequence number, written last (see the request layout above).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  *reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->posted) = seq;
+  entry[kPersistentWords - 1] = static_cast<unsigned int>(seq);
+  entry[0] = static_cast<unsigned int>(seq);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   ensure_running_locked(copier);
   return seq;
@@ -918,8 +962,8 @@ void persistent_stop(PersistentCopier& copier) {
 }
 
 std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copier) {
-  return {static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_cycles)),
-          static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_ns))};
+  // Several multiprocessors take part, so there is no single cycle count; only global-timer time.
+  return {0, static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_ns))};
 }
 
 int64_t persistent_relaunches(const PersistentCopier& copier) { return static_cast<int64_t>(copier.relaunches); }

@@ -83,9 +83,9 @@ void batch_copy(int device, const std::vector<uint64_t>& dsts, const std::vector
 void memcpy_each(int device, const std::vector<uint64_t>& dsts, const std::vector<int>& dst_devices,
                  const std::vector<uint64_t>& srcs, const std::vector<int>& src_devices,
                  const std::vector<uint64_t>& sizes, uint64_t stream);
-// Persistent copier: one resident CTA polling a request ring in pinned host memory, for small copies
+// Persistent copier: a few resident CTAs polling a request ring in pinned host memory, for small copies
 // whose latency a kernel launch would dominate. Requests are not ordered with any stream.
-constexpr int kPersistentMaxBlocks = 16;
+constexpr int kPersistentMaxBlocks = 14;
 struct PersistentCopier;
 int persistent_max_tiles();
 // The kernel exits after idle_us without a request and is relaunched by the next one.
@@ -98,7 +98,7 @@ bool persistent_done(PersistentCopier& copier, uint64_t seq);
 // timeout_s < 0 waits without limit.
 void persistent_wait(PersistentCopier& copier, uint64_t seq, double timeout_s);
 void persistent_stop(PersistentCopier& copier);
-// (SM cycles, global-timer nanoseconds) the copier spent on its last request, from seeing it to done.
+// (0, global-timer nanoseconds) the copier spent on its last request, from seeing it to done.
 std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copier);
 int64_t persistent_relaunches(const PersistentCopier& copier);
 int clock_rate_khz(int device);

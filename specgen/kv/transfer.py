@@ -10,7 +10,7 @@ that is already complete.
 Methods: "kernel" (an SM kernel reading/writing peer memory directly), "batch" (copy engines through
 one cudaMemcpyBatchAsync), "memcpy" (one cudaMemcpyPeerAsync/cudaMemcpyAsync per piece: what vLLM's
 own swap does), "auto" (the kernel for pieces under `batch_min_bytes`, else the copy engines), and
-"persistent": up to 16 blocks handed to a CTA that is already running (`start_persistent()`), which
+"persistent": up to 14 blocks handed to CTAs that are already running (`start_persistent()`), which
 skips the kernel launch — the latency floor of every launched copy — but is not ordered with any
 stream: use it for fetches into blocks nothing else touches until the event completes.
 """
@@ -86,7 +86,7 @@ class KvTransfer:
         return str(self._transfer.resolve(_method(method)).name).lower()
 
     def start_persistent(self, idle_us: int = 200) -> None:
-        """Start the persistent copier: one resident CTA on the cache's GPU. It leaves the GPU after
+        """Start the persistent copier: 16 resident CTAs on the cache's GPU. It leaves the GPU after
         `idle_us` without a request (a kernel that never ends would hang every device-wide
         synchronization, and CUDA's lazy loading of other kernels) and is relaunched by the next one."""
         self._transfer.start_persistent(int(idle_us))
@@ -104,8 +104,8 @@ class KvTransfer:
         return bool(self._transfer.persistent_running)
 
     def persistent_last_timing(self) -> tuple[int, int]:
-        """(SM cycles, global-timer ns) the persistent copier spent on its last request, from seeing it
-        to signalling done."""
+        """(0, global-timer ns) the persistent copier spent on its last request, from seeing it to
+        signalling done (several multiprocessors take part, so there is no one cycle count)."""
         cycles, ns = self._transfer.persistent_last_timing()
         return int(cycles), int(ns)
 
