@@ -18,9 +18,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specgen.errors import UsageError
+
+if TYPE_CHECKING:
+    from specgen.engines.base import Engine
+    from specgen.messages import OptimizeResult, OptimizeSpec
 
 LLMS = ("replay", "vllm", "openai")
 
@@ -77,6 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--devices", default=None,
                             help="comma-separated cpu / cuda:N workers (default: every GPU, else "
                                  "one CPU worker per core, at most 4)")
+    evaluation.add_argument("--set", dest="runtime_settings", action="append", default=[],
+                            metavar="NAME=VALUE",
+                            help="a runtime setting for the local scheduler and node (e.g. "
+                                 "peer_timeout_s=30 on a heavily loaded machine); repeatable")
     evaluation.add_argument("--trials", type=int, default=None,
                             help="correctness trials per candidate (evaluation default 5)")
     evaluation.add_argument("--timing-trials", type=int, default=None,
@@ -144,7 +152,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return plan
 
 
-def _make_engine(plan: _Plan, args: argparse.Namespace):  # -> Engine
+def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
     if plan.llm == "replay":
         from specgen.optimize.trace_replay import IterationReplayEngine
 
@@ -187,14 +195,18 @@ def _devices(args: argparse.Namespace) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
-                             eval_options: dict[str, Any]) -> AsyncIterator[Any]:
-    """An EvaluationBackend over `devices`, up for the duration of the block."""
+                             eval_options: dict[str, Any],
+                             runtime_settings: list[str] = ()) -> AsyncIterator[Any]:
+    """An EvaluationBackend over `devices`, up for the duration of the block.
+
+    `runtime_settings` are `NAME=VALUE` overrides of the local runtime's settings."""
     if kind == "runtime":
         from specgen.runtime.local import LocalCluster
         from specgen.runtime.settings import RuntimeSettings
 
         settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
                                    eval_options=dict(eval_options))
+        settings = settings.with_overrides(list(runtime_settings))
         cluster = LocalCluster(devices=devices, settings=settings)
         await asyncio.to_thread(cluster.start)
         try:
@@ -225,7 +237,7 @@ async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
 
 # ---------------------------------------------------------------------------------- running
 
-def _spec(plan: _Plan, args: argparse.Namespace, engine: Any):  # -> OptimizeSpec
+def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine) -> OptimizeSpec:
     from specgen.messages import OptimizeSpec
 
     max_iterations = args.max_iterations
@@ -271,6 +283,10 @@ def run_optimize(args: argparse.Namespace) -> int:
             if value < least:
                 raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
             eval_options[flag] = value
+    if args.runtime_settings:
+        from specgen.runtime.settings import RuntimeSettings
+
+        RuntimeSettings().with_overrides(args.runtime_settings)
     engine = _make_engine(plan, args)
     spec = _spec(plan, args, engine)
     check_spec(spec)
@@ -290,10 +306,11 @@ def run_optimize(args: argparse.Namespace) -> int:
         if display is not None:
             display(event)
 
-    async def main():  # -> OptimizeResult
+    async def main() -> OptimizeResult:
         elastic = Mechanisms.of(spec).elastic_pools
         async with evaluation_backend(args.evaluation, devices, elastic=elastic,
-                                      eval_options=eval_options) as backend:
+                                      eval_options=eval_options,
+                                      runtime_settings=args.runtime_settings) as backend:
             try:
                 return await run_job(spec, engine, backend, emit)
             finally:
@@ -310,7 +327,8 @@ def run_optimize(args: argparse.Namespace) -> int:
     return 0 if result.status != "failed" else 1
 
 
-def _summary(result: Any, written: dict[str, Path], say: Callable[[str], None]) -> None:
+def _summary(result: OptimizeResult, written: dict[str, Path],
+             say: Callable[[str], None]) -> None:
     metrics = result.metrics
     best = (f"{result.best_speedup:.3g}x ({result.best_candidate_id}"
             + (", CPU timing" if result.cpu_timing else "") + ")"

@@ -5,15 +5,30 @@ The scheduler knows a job as a `JobSpec` (problem, wall time, token and iteratio
 actor that hosts a job converts the spec on the way in, and the loop's events and result on the
 way out (`JobEvent.data` and `JobResult.summary` hold them as msgpack builtins, so a client can
 turn them back into typed structs with `msgspec.convert`).
+
+`run_scheduled_job` is the entry a scheduler job names to run the optimize loop in its reasoner
+(`JobSpec.entry = "specgen.optimize.job:run_scheduled_job"`): `options` holds OptimizeSpec fields
+plus `engine`, which says what to generate with:
+
+    {"llm": "replay", "trace": PATH, "speed": 1.0}       (no trace: the problem's bundled one)
+    {"llm": "vllm", "model": DIR, "tokenizer": DIR}
+    {"llm": "openai", "base_url": URL, "model": NAME, "tokenizer": DIR}
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from specgen.errors import UsageError
 from specgen.messages import JobEvent, JobResult, JobSpec, OptimizeEvent, OptimizeResult, OptimizeSpec
+
+if TYPE_CHECKING:
+    from specgen.engines.base import Engine
+    from specgen.optimize.backend import EvaluationBackend
+
+ENGINE_OPTION = "engine"
 
 # How an optimize job's end reads to the scheduler.
 _RUNTIME_STATUS = {
@@ -32,6 +47,7 @@ def optimize_spec_from_job(job: JobSpec) -> OptimizeSpec:
     Unknown option names or wrongly typed values raise UsageError naming the option.
     """
     fields: dict[str, Any] = dict(job.options)
+    fields.pop(ENGINE_OPTION, None)
     fields["job_id"] = job.job_id
     fields["problem_name"] = job.problem_name
     fields["problem_source"] = job.problem_source
@@ -77,3 +93,54 @@ def job_result(result: OptimizeResult) -> JobResult:
 def optimize_result(result: JobResult) -> OptimizeResult:
     """Back from the recorded form (for clients)."""
     return msgspec.convert(result.summary, OptimizeResult)
+
+
+def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
+    """The engine a scheduler job's `options["engine"]` describes (see the module docstring)."""
+    raw = options.get(ENGINE_OPTION) or {"llm": "replay"}
+    if not isinstance(raw, dict):
+        raise UsageError(f"options[{ENGINE_OPTION!r}] must be a mapping, got {type(raw).__name__}")
+    llm = raw.get("llm", "replay")
+    known = {"replay": {"llm", "trace", "speed", "tokenizer"},
+             "vllm": {"llm", "model", "tokenizer"},
+             "openai": {"llm", "base_url", "model", "tokenizer"}}
+    if llm not in known:
+        raise UsageError(f"options['engine']['llm'] must be one of {', '.join(known)}, got {llm!r}")
+    unknown = sorted(set(raw) - known[llm])
+    if unknown:
+        raise UsageError(f"options['engine'] for {llm}: unknown key(s) {', '.join(unknown)}")
+    if llm == "replay":
+        from specgen.optimize.bundled import bundled_trace
+        from specgen.optimize.trace_replay import IterationReplayEngine
+
+        trace = raw.get("trace") or bundled_trace(problem_name)
+        if trace is None:
+            raise UsageError(f"options['engine'] names no trace and {problem_name!r} has no "
+                             f"bundled one")
+        return IterationReplayEngine(trace, speed=float(raw.get("speed", 1.0)),
+                                     tokenizer=raw.get("tokenizer"))
+    missing = [k for k in sorted(known[llm] - {"llm"}) if not raw.get(k)
+               and not (llm == "vllm" and k == "tokenizer")]
+    if missing:
+        raise UsageError(f"options['engine'] for {llm} needs {', '.join(missing)}")
+    if llm == "vllm":
+        from specgen.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(raw["model"], tokenizer=raw.get("tokenizer"))
+    from specgen.engines.openai_http import OpenAICompatEngine
+
+    return OpenAICompatEngine(raw["base_url"], raw["model"], tokenizer=raw["tokenizer"])
+
+
+async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
+                            emit: Callable[[JobEvent], None]) -> JobResult:
+    """The optimize loop as a scheduler job's entry (runs inside the job's reasoner process)."""
+    from specgen.optimize.loop import run_job
+
+    spec = optimize_spec_from_job(job)
+    engine = engine_from_options(job.options, job.problem_name)
+    try:
+        result = await run_job(spec, engine, backend, lambda event: emit(job_event(event)))
+    finally:
+        await engine.close()
+    return job_result(result)

@@ -18,8 +18,9 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
 from specgen.messages import (
@@ -50,6 +51,7 @@ from specgen.optimize.termination import (
 from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EmitFn = Callable[[OptimizeEvent], None]
 PolicyFactory = Callable[[], TriggerPolicy]
@@ -273,7 +275,7 @@ class OptimizeJob:
         if not state.stop.is_set():
             await self._wait_for_verdicts(state.candidate_ids, state.stop)
 
-    async def _until_stopped(self, state: _IterationState, awaitable):
+    async def _until_stopped(self, state: _IterationState, awaitable: Awaitable[T]) -> T | None:
         """Await `awaitable` unless the iteration is stopped first; then abort what it runs."""
         work = asyncio.ensure_future(awaitable)
         stopped = asyncio.create_task(state.stop.wait())
@@ -763,7 +765,7 @@ class OptimizeJob:
             best_speedup=self.best.speedup if self.best else None,
         )
 
-    def _emit(self, kind: str, **fields) -> None:
+    def _emit(self, kind: str, **fields: object) -> None:
         if self._emit_fn is None:
             return
         event = OptimizeEvent(job_id=self.job_id, kind=kind, t=time.time(),

@@ -54,3 +54,43 @@ def test_events_and_results_survive_the_runtime_wire() -> None:
     assert optimize_result(recorded) == result
     assert job_result(OptimizeResult(job_id="j", problem_name="p", mode="m",
                                      status="target_reached")).status == "succeeded"
+
+
+def test_engine_options_are_checked() -> None:
+    from specgen.optimize.job import engine_from_options
+
+    with pytest.raises(UsageError, match="must be one of"):
+        engine_from_options({"engine": {"llm": "gpt"}}, "fused_elementwise")
+    with pytest.raises(UsageError, match="unknown key"):
+        engine_from_options({"engine": {"llm": "replay", "speeed": 2}}, "fused_elementwise")
+    with pytest.raises(UsageError, match="needs base_url, model, tokenizer"):
+        engine_from_options({"engine": {"llm": "openai"}}, "fused_elementwise")
+    with pytest.raises(UsageError, match="no bundled one"):
+        engine_from_options({}, "softmax")
+    engine = engine_from_options({"engine": {"speed": 4}}, "fused_elementwise")
+    assert engine.name == "replay" and engine.speed == 4
+
+
+def test_the_optimize_loop_runs_as_a_scheduler_job(tmp_path) -> None:
+    """Submitted to a real local scheduler: its reasoner process runs the loop, its node's
+    workers evaluate, the client sees the events and the result."""
+    from specgen.optimize.bundled import bundled_problem
+    from specgen.runtime.local import LocalCluster
+    from specgen.runtime.settings import RuntimeSettings
+
+    settings = RuntimeSettings(eval_options={"trials": 2, "timing_trials": 5, "warmup": 1,
+                                             "second_shape": False, "randomized_params": False})
+    with LocalCluster(workers=2, settings=settings, state_dir=tmp_path / "state") as cluster:
+        assert cluster.client is not None
+        job = cluster.client.submit(
+            bundled_problem("fused_elementwise"), entry="specgen.optimize.job:run_scheduled_job",
+            max_iterations=1, options={"engine": {"llm": "replay", "speed": 16}})
+        outcome = job.result(timeout=300)
+        kinds = [event.kind for event in job.events(timeout=30)]
+    assert outcome.status == "succeeded", outcome.error
+    result = optimize_result(outcome)
+    assert result.mode == "specgen" and result.metrics.forks > 0
+    assert result.best_candidate_id == outcome.best_candidate_id is not None
+    assert "fork_started" in kinds and "job_finished" in kinds
+    workers = {c.validation.worker for c in result.candidates if c.validation is not None}
+    assert workers and all(w.startswith("local0/") for w in workers)
