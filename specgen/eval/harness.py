@@ -536,6 +536,10 @@ class Evaluation:
                 self.verdict.correct = False
                 return
         self.launches += self.ledger.launches - launches
+        if timer.hidden_work_trials:
+            self.notes.append(f"{timer.hidden_work_trials} timed calls kept the device busy past "
+                              "their end event (work outside the current stream): counted by "
+                              "the device-wide synchronize")
         if self.threads.started > threads:
             self.flag(f"thread: started {self.threads.started - threads} thread(s) while timed")
         self._check_globals()

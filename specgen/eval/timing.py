@@ -2,11 +2,14 @@
 
 On a GPU, for each timed call: the L2 cache is flushed (a buffer larger than L2 is overwritten),
 the device is synchronized, a start event is recorded, the model runs on the next of several
-input sets (rotated, so a result cached from the previous call is never the right one), the
-whole device is synchronized (so work the candidate put on side streams or other threads is
-counted), and an end event is recorded. The fixed cost of that synchronize/record sequence is
-measured with no work between and subtracted. The first timed call is dropped; the median and
-the spread (p75 - p25) / median are reported.
+input sets (rotated, so a result cached from the previous call is never the right one), an end
+event is recorded on the same stream, and then the whole device is synchronized. The events give
+the call's time on the GPU's own clock, free of host jitter. The device-wide synchronize gives a
+second, host-side measure that also covers work the candidate left on side streams or other
+threads; when it exceeds the event time by more than the host's own sync latency (measured with
+no work between, plus a margin), that trial's time is the host-side one, so hidden work is
+counted (the validation guards reject such candidates outright as well). The first timed call is
+dropped; the median and the spread (p75 - p25) / median are reported.
 
 On the CPU the same sequence runs with `time.perf_counter` and a flush of a 64 MiB buffer; such a
 timing says nothing about a GPU, and verdicts mark it `cpu_timing`.
@@ -43,6 +46,15 @@ def summarize(samples_ms: Sequence[float]) -> TimingStats:
                        min_ms=ordered[0], samples=len(ordered))
 
 
+def counted_time(event_ms: float, wall_ms: float, sync_latency_ms: float) -> float:
+    """One trial's time: the events' GPU-clock time, unless the host saw the device busy for
+    clearly longer (work outside the current stream), in which case that longer time counts."""
+    margin = max(0.05, 2.0 * sync_latency_ms)
+    if wall_ms - sync_latency_ms > event_ms + margin:
+        return wall_ms - sync_latency_ms
+    return event_ms
+
+
 class Timer:
     """Times callables on one device; owns the L2-flush buffer and the sync-overhead estimate."""
 
@@ -54,22 +66,24 @@ class Timer:
         flush_mb = l2_flush_mb if self.cuda else min(l2_flush_mb, 64)
         self._flush = torch.empty(flush_mb * 1024 * 1024, dtype=torch.uint8, device=device)
         self._overhead_ms = self._measure_overhead() if self.cuda else 0.0
+        self.hidden_work_trials = 0  # trials of the last `time` counted by the host-side measure
 
     def flush(self) -> None:
         self._flush.add_(1)  # a read-modify-write of the whole buffer evicts other lines
 
     def _measure_overhead(self) -> float:
+        """Host-side latency of record-start, record-end, device synchronize with no work."""
         import torch
 
         samples = []
         for _ in range(25):
+            torch.cuda.synchronize()
+            began = time.perf_counter()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
             start.record()
-            torch.cuda.synchronize()
             end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
+            torch.cuda.synchronize()
+            samples.append((time.perf_counter() - began) * 1e3)
         return statistics.median(samples[5:])
 
     def time(self, fn: Callable[[Any], Any], input_sets: Sequence[Any], warmup: int,
@@ -83,6 +97,7 @@ class Timer:
                 fn(input_sets[index % count])
             self._sync()
             samples: list[float] = []
+            self.hidden_work_trials = 0
             for index in range(trials):
                 inputs = input_sets[index % count]
                 self.flush()
@@ -90,12 +105,15 @@ class Timer:
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
                     torch.cuda.synchronize()
+                    began = time.perf_counter()
                     start.record()
                     out = fn(inputs)
-                    torch.cuda.synchronize()  # device-wide: side streams and threads count
                     end.record()
-                    end.synchronize()
-                    samples.append(max(start.elapsed_time(end) - self._overhead_ms, 1e-4))
+                    torch.cuda.synchronize()  # device-wide: side streams and threads finish
+                    wall_ms = (time.perf_counter() - began) * 1e3
+                    sample = counted_time(start.elapsed_time(end), wall_ms, self._overhead_ms)
+                    self.hidden_work_trials += sample > start.elapsed_time(end)
+                    samples.append(sample)
                 else:
                     began = time.perf_counter()
                     out = fn(inputs)
