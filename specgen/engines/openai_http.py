@@ -45,6 +45,8 @@ class OpenAICompatEngine(Engine):
         connect_timeout_s: how long to wait for a TCP connection.
         read_timeout_s: the longest silence allowed inside a stream (no chunk at all).
         extra_body: further JSON fields for every completion request (server-specific options).
+        max_connections: concurrent HTTP connections (one per live generation); forks beyond it
+            wait client-side for a free connection.
     """
 
     name = "openai"
@@ -60,6 +62,7 @@ class OpenAICompatEngine(Engine):
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 300.0,
         extra_body: dict[str, Any] | None = None,
+        max_connections: int = 256,
     ) -> None:
         if prompt_format not in ("token_ids", "text"):
             raise EngineError(f"openai: prompt_format must be 'token_ids' or 'text', got {prompt_format!r}")
@@ -75,6 +78,7 @@ class OpenAICompatEngine(Engine):
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._extra_body = dict(extra_body or {})
+        self._max_connections = max_connections
         self._session: Any = None           # aiohttp.ClientSession once started
         self._responses: dict[str, Any] = {}  # request id -> aiohttp response being read
         self._requests = ActiveRequests(self.name)
@@ -90,6 +94,7 @@ class OpenAICompatEngine(Engine):
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         session = aiohttp.ClientSession(
             headers=headers,
+            connector=aiohttp.TCPConnector(limit=self._max_connections),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s, sock_read=self._read_timeout_s),
         )
         try:
