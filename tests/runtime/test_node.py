@@ -108,3 +108,38 @@ def test_node_command_line_errors_are_one_line(capsys: pytest.CaptureFixture) ->
     assert node_main(["--scheduler", "ipc:///tmp/x", "--gpus", "0", "--cpu-workers", "2"]) == 2
     assert node_main(["--scheduler", "tcp://10.1.2.3:5555", "--cpu-workers", "1"]) == 2
     assert "not a loopback address" in capsys.readouterr().err
+
+
+def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> None:
+    """A node reaching the scheduler over TCP: its workers inherit its CURVE keys."""
+    import specgen
+    from specgen.runtime.auth import generate
+    from specgen.runtime.process import ChildProcess
+    from specgen.runtime.replay import ReplaySample, directive
+    from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+
+    keys = tmp_path / "keys"
+    generate(keys)
+    settings = RuntimeSettings()
+    state = tmp_path / "state"
+    scheduler = ChildProcess("scheduler", "specgen.runtime.scheduler",
+                             ["--bind", "tcp://127.0.0.1:*", "--state-dir", str(state), "--keys", str(keys)],
+                             env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "s.log").start()
+    node = None
+    try:
+        address = wait_for(lambda: (state / "address").exists() and (state / "address").read_text().strip(),
+                           30, "the scheduler to listen")
+        node = ChildProcess("node", "specgen.runtime.node",
+                            ["--scheduler", address, "--keys", str(keys), "--cpu-workers", "2",
+                             "--evaluator", "replay", "--name", "remote"],
+                            env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "n.log").start()
+        with specgen.Client(address, keys=keys) as client:
+            wait_for(lambda: len(client.stats().workers) == 2, 60, "both workers to register over CURVE")
+            assert client.stats().nodes == ["remote"]
+            v = client.evaluate("class Model: pass\n", directive(ReplaySample(validate_s=0.01, correct=True,
+                                                                             profile_s=0.01, speedup=2.0)))
+            assert v.correct and v.speedup == 2.0
+    finally:
+        if node is not None:
+            node.stop(5)
+        scheduler.stop(5)
