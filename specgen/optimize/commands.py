@@ -336,8 +336,9 @@ def _summary(result: OptimizeResult, written: dict[str, Path],
     say(f"{result.mode}: {result.status} ({result.stop_reason}) after {metrics.end_to_end_s:.1f} s")
     say(f"  best: {best}; {metrics.iterations} iteration(s), {metrics.total_tokens:,} tokens "
         f"({metrics.reasoning_tokens:,} reasoning + {metrics.fork_tokens:,} fork), "
-        f"{metrics.forks} forks, {metrics.candidates} candidates ({metrics.duplicates} duplicates "
-        f"skipped), {metrics.validated} validated, {metrics.profiled} profiled")
+        f"{metrics.forks} forks, {metrics.candidates} candidates (+{metrics.duplicates} "
+        f"duplicate{'' if metrics.duplicates == 1 else 's'} not evaluated), "
+        f"{metrics.validated} validated, {metrics.profiled} profiled")
     if result.error:
         say(f"  error: {result.error}")
     for name, path in written.items():
