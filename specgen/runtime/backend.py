@@ -120,6 +120,9 @@ class SchedulerEvaluationBackend:
         fut = self.client.conn.call(CancelJob(call_id=0, job_id=job_id))
         try:
             await asyncio.wait_for(asyncio.wrap_future(fut), self.settings.call_timeout_s)
+        except asyncio.TimeoutError:
+            raise CallTimeout(f"cancel of job {job_id} got no answer within "
+                              f"{self.settings.call_timeout_s:g} s (setting call_timeout_s)") from None
         except RemoteError as exc:
             if exc.code != "unknown_job":
                 raise
@@ -143,7 +146,12 @@ class SchedulerEvaluationBackend:
 
     async def refresh_load(self) -> BackendLoad:
         """Fetch a fresh snapshot now (load() never waits)."""
-        reply = await asyncio.wrap_future(self.client.conn.call(GetStats(call_id=0)))
+        try:
+            reply = await asyncio.wait_for(asyncio.wrap_future(self.client.conn.call(GetStats(call_id=0))),
+                                           self.settings.call_timeout_s)
+        except asyncio.TimeoutError:
+            raise CallTimeout(f"no load figures within {self.settings.call_timeout_s:g} s "
+                              "(setting call_timeout_s)") from None
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(reply)
         self._on_stats(fut)

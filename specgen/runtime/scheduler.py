@@ -222,8 +222,9 @@ class SchedulerActor:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", default="tcp://127.0.0.1:5555",
                         help="address to listen on (default tcp://127.0.0.1:5555); non-loopback needs --keys")
-    parser.add_argument("--state-dir", type=Path, default=Path(".specgen-state"),
-                        help="journal of jobs and verdicts; a restart resumes from it")
+    parser.add_argument("--state-dir", type=Path, default=Path.home() / ".local" / "state" / "specgen" / "scheduler",
+                        help="journal of jobs and verdicts; a restart resumes from it "
+                             "(default ~/.local/state/specgen/scheduler)")
     parser.add_argument("--keys", type=Path, default=os.environ.get(KEYS_ENV) or None,
                         help="CURVE key directory (server.key_secret, authorized/); see `specgen keys`")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",

@@ -1,6 +1,7 @@
 """PeerConnection against a hand-driven ROUTER: handshake, timeouts, re-registration."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from specgen.runtime import wire
 from specgen.runtime.settings import RuntimeSettings
 from specgen.runtime.transport import CallTimeout, PeerConnection, RemoteError, SchedulerUnreachable
 
+from tests.runtime.conftest import wait_for
+
 SETTINGS = RuntimeSettings(heartbeat_interval_s=0.1, peer_timeout_s=1.0, connect_timeout_s=1.0,
                            call_timeout_s=1.0)
 
@@ -24,8 +27,11 @@ class FakeScheduler:
         self.sock.setsockopt(zmq.RCVTIMEO, 3000)
         self.sock.bind(address)
 
-    def recv(self, kind: type | None = None):
+    def recv(self, kind: type | None = None, timeout: float = 10.0):
+        deadline = time.monotonic() + timeout
         while True:
+            if time.monotonic() > deadline:     # heartbeats keep arriving: bound the whole wait
+                raise AssertionError(f"no {kind.__name__ if kind else 'message'} within {timeout} s")
             peer, *frames = self.sock.recv_multipart()
             msg = wire.decode(frames, 1 << 20)
             if kind is None or isinstance(msg, kind):
@@ -132,6 +138,7 @@ def test_dead_notice_fails_waiting_calls_at_once_until_a_new_scheduler_answers(f
             conn.call(Ping(call_id=0)).result(2)
         fake.send(peer, HeartbeatAck(scheduler_id="s2"))     # a restarted scheduler
         peer = fake.welcome("s2")
+        wait_for(lambda: conn.scheduler_failure is None, 10, "the new Welcome to be handled")
         fut = conn.call(Ping(call_id=0))
         _, ping = fake.recv(Ping)
         fake.send(peer, Pong(call_id=ping.call_id))
