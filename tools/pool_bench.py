@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgen.messages import CandidateSubmission, CandidateUpdate  # noqa: E402
+from specgen.messages import CandidateSubmission  # noqa: E402
 from specgen.runtime.local import LocalCluster  # noqa: E402
 from specgen.runtime.replay import Recording, ReplaySample, directive, write_recording  # noqa: E402
 from specgen.runtime.settings import RuntimeSettings  # noqa: E402

@@ -36,7 +36,7 @@ from specgen.messages import (
 )
 from specgen.runtime.journal import Journal
 from specgen.runtime.pools import PoolController, UsageMeter
-from specgen.runtime.priority import POOLS, PriorityRule, QueuedRequest, RequestQueue, pool_of_stage
+from specgen.runtime.priority import POOLS, PriorityRule, QueuedRequest, RequestQueue
 from specgen.runtime.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from specgen.messages import CandidateSubmission
 from specgen.optimize.backend import BackendLoad, EvaluationBackend
-from specgen.runtime.backend import SchedulerEvaluationBackend
 from specgen.runtime.local import LocalCluster
 from specgen.runtime.replay import ReplaySample, directive
 from specgen.runtime.settings import RuntimeSettings

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import msgspec

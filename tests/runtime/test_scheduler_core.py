@@ -1,13 +1,11 @@
 """The scheduler's logic without sockets: peers are byte ids, the clock is the test's."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from specgen.messages import (
     Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission, CandidateUpdate,
-    CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob, Goodbye,
+    CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob,
     Heartbeat, Hello, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
     SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
 )
