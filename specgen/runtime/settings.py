@@ -43,7 +43,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     priority_rule: list[str] = msgspec.field(
         default_factory=lambda: ["deadline", "stage", "oldest"])
     # jobs
-    default_job_entry: str = "specgen.runtime.jobs:evaluate_candidates"
+    default_job_entry: str = "specgen.optimize.job:run_scheduled_job"   # the optimize loop
     job_grace_s: float = 30.0               # past a job's wall time, its reasoner gets this long
     # workers and nodes
     worker_restart_backoff_s: float = 1.0   # wait before restarting a worker that died

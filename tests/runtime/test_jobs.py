@@ -27,3 +27,20 @@ def test_missing_candidates_option_fails_the_job_with_a_clear_error() -> None:
     with LocalCluster(workers=1, evaluator="replay") as cluster:
         result = cluster.client.submit(PROBLEM, entry=ENTRY).result(timeout=60)
     assert result.status == "failed" and "options['candidates']" in (result.error or "")
+
+
+def test_the_optimize_loop_runs_as_a_scheduler_job_by_default() -> None:
+    """No entry given: the scheduler's default runs specgen's optimize loop in the reasoner, here
+    replaying the problem's bundled trace, with every candidate evaluated for real."""
+    from tests.runtime.conftest import PROBLEMS, quick_eval_settings
+
+    with LocalCluster(workers=2, settings=quick_eval_settings()) as cluster:
+        job = cluster.client.submit(PROBLEMS / "fused_elementwise.py", max_iterations=1,
+                                    options={"engine": {"llm": "replay", "speed": 20.0}})
+        events = list(job.events(timeout=240))
+        result = job.result(timeout=10)
+    kinds = {e.kind for e in events}
+    assert {"job_started", "fork_started", "candidate", "verdict", "job_finished", "finished"} <= kinds
+    assert result.status == "succeeded" and result.summary["mode"] == "specgen"
+    verdicts = [(e.data["candidate_id"], e.data["stage"]) for e in events if e.kind == "verdict"]
+    assert verdicts and len(verdicts) == len(set(verdicts))
