@@ -275,32 +275,6 @@ class OptimizeResult(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
-# --------------------------------------------------------------------------- KV pool
-# Plain structs (not frames of their own): a node or an engine embeds them in what it reports.
-
-class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Size and effectiveness of one remote KV pool (specgen.kv.pool), for the scheduler."""
-
-    pool_id: str = ""                       # which pool (e.g. the engine's id)
-    capacity_bytes: int = 0                 # pool memory held now, all devices
-    used_bytes: int = 0                     # memory holding blocks (slots in use * slot size)
-    slot_bytes: int = 0                     # one block's slot
-    capacity_blocks: int = 0                # slots the pool can hold now
-    used_blocks: int = 0                    # blocks held (complete or being stored)
-    pinned_blocks: int = 0                  # blocks with a copy in flight (cannot be evicted)
-    segments: int = 0                       # memory segments held
-    bytes_by_device: dict[int, int] = {}    # pool memory per CUDA device; -1 is host memory
-    hits: int = 0                           # looked-up blocks found complete
-    misses: int = 0                         # looked-up blocks not found
-    hit_rate: float = 0.0                   # hits / (hits + misses); 0 before any lookup
-    stores: int = 0                         # blocks stored
-    loads: int = 0                          # blocks loaded back
-    evictions: int = 0                      # blocks dropped (LRU, to make room or to shrink)
-    moves: int = 0                          # blocks relocated out of a shrinking segment
-    shrinks: int = 0                        # segments given back
-    grows: int = 0                          # segments added
-
-
 # --------------------------------------------------------------------------- actor runtime
 #
 # Frames: [header, body]. The header is 4 raw bytes: b"SG", the protocol version, the message
@@ -671,3 +645,39 @@ MESSAGE_TYPES: dict[int, type[_Wire]] = {
         AssignWork, WorkDone, CancelWork, WorkerExited,
     )
 }
+
+
+# --------------------------------------------------------------------------- KV pool
+# Plain structs (not frames of their own): a node or an engine embeds them in what it reports.
+
+class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Size and effectiveness of one remote KV pool (specgen.kv.pool), for the scheduler."""
+
+    pool_id: str = ""                       # which pool (e.g. the engine's id)
+    capacity_bytes: int = 0                 # pool memory held now, all devices
+    used_bytes: int = 0                     # memory holding blocks (slots in use * slot size)
+    slot_bytes: int = 0                     # one block's slot
+    capacity_blocks: int = 0                # slots the pool can hold now
+    used_blocks: int = 0                    # blocks held (complete or being stored)
+    pinned_blocks: int = 0                  # blocks with a copy in flight (cannot be evicted)
+    segments: int = 0                       # memory segments held
+    bytes_by_device: dict[int, int] = {}    # pool memory per CUDA device; -1 is host memory
+    hits: int = 0                           # looked-up blocks found complete
+    misses: int = 0                         # looked-up blocks not found
+    hit_rate: float = 0.0                   # hits / (hits + misses); 0 before any lookup
+    stores: int = 0                         # blocks stored
+    loads: int = 0                          # blocks loaded back
+    evictions: int = 0                      # blocks dropped (LRU, to make room or to shrink)
+    moves: int = 0                          # blocks relocated out of a shrinking segment
+    shrinks: int = 0                        # segments given back
+    grows: int = 0                          # segments added
+
+
+class KvPoolResize(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Scheduler/node -> a KV pool: change its size (a profiler needs memory, or has finished with it).
+
+    The pool answers every resize with its KvPoolStats once the change is done (a shrink waits for
+    copies in flight on the segments it gives back)."""
+
+    target_bytes: int | None = None         # new pool size; None only asks for stats
+    request_id: str = ""                    # echoed in the log; lets the sender match the reply
