@@ -84,7 +84,7 @@ class LocalEvaluationBackend:
             await self._updates.put(self._cancelled_update(item, "cancelled: job cancelled"))
         for index, item in list(self._running.items()):
             if item.submission.job_id == job_id:
-                self._workers[index].cancel()
+                self._workers[index].cancel(_run_id(item))
 
     def load(self) -> BackendLoad:
         running = list(self._running.values())
@@ -152,7 +152,7 @@ class LocalEvaluationBackend:
             started = time.time()
             try:
                 verdict = await loop.run_in_executor(self._executor, worker.run, submission,
-                                                     item.stage)
+                                                     item.stage, _run_id(item))
             except Exception as exc:  # noqa: BLE001 - a worker fault must not end the loop
                 verdict = Verdict(stage=item.stage, device=worker.device,
                                   error=f"worker {worker.name} failed: {type(exc).__name__}: {exc}")
@@ -175,3 +175,8 @@ class LocalEvaluationBackend:
             job_id=item.submission.job_id, candidate_id=item.submission.candidate_id,
             stage=item.stage, verdict=Verdict(stage=item.stage, error=why),
             started_at=now, finished_at=now, cancelled=True)
+
+
+def _run_id(item: _Item) -> str:
+    """The id a running item's evaluation carries, so that a cancel never misses it."""
+    return f"{item.submission.job_id}/{item.submission.candidate_id}/{item.stage}"

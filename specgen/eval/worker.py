@@ -108,6 +108,10 @@ class EvalWorker:
         self._lock = threading.Lock()
         self._current: RunnerProcess | None = None
         self._cancel_requested = False
+        # Cancels that name a run which has not started yet: kept so that a cancel arriving in
+        # the instant between a caller taking an item and run() starting is not lost.
+        self._run_id: str | None = None
+        self._early_cancels: set[str] = set()
         self._pool: SparePool | None = None
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
@@ -171,9 +175,19 @@ class EvalWorker:
         return self._ready
 
     # ------------------------------------------------------------------ cancel
-    def cancel(self) -> None:
-        """Stop the evaluation running now (thread-safe); its verdict says "cancelled"."""
+    def cancel(self, run_id: str | None = None) -> None:
+        """Stop an evaluation (thread-safe); its verdict says "cancelled".
+
+        Without `run_id`, stops whatever runs now. With it, stops the run started with that id,
+        also when `run(..., run_id=...)` has not begun yet: callers that hand work to this worker
+        from another thread pass ids so that no cancel falls between hand-over and start.
+        """
         with self._lock:
+            if run_id is not None and run_id != self._run_id:
+                if len(self._early_cancels) > 10_000:   # ids of runs that never came: forget them
+                    self._early_cancels.clear()
+                self._early_cancels.add(run_id)
+                return
             self._cancel_requested = True
             current = self._current
         if current is not None:
@@ -256,16 +270,26 @@ class EvalWorker:
         return result
 
     # ------------------------------------------------------------------ run
-    def run(self, submission: CandidateSubmission, stage: str = "full") -> Verdict:
-        """Evaluate one candidate; never raises for anything the candidate (or problem) does."""
+    def run(self, submission: CandidateSubmission, stage: str = "full",
+            run_id: str | None = None) -> Verdict:
+        """Evaluate one candidate; never raises for anything the candidate (or problem) does.
+
+        `run_id` names this run for `cancel(run_id)`; a cancel for it that came first applies.
+        """
         began = time.monotonic()
         if stage not in STAGES:
             raise UsageError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
         if self._pool is None:
             raise RuntimeError("EvalWorker.start() was not called (or close() was)")
         with self._lock:
-            self._cancel_requested = False
-        verdict = self._run(submission, stage, began)
+            self._run_id = run_id
+            self._cancel_requested = run_id is not None and run_id in self._early_cancels
+            self._early_cancels.discard(run_id)   # type: ignore[arg-type]
+        try:
+            verdict = self._run(submission, stage, began)
+        finally:
+            with self._lock:
+                self._run_id = None
         verdict.stage = stage
         verdict.device = self.device
         verdict.stage_seconds["total"] = round(time.monotonic() - began, 4)

@@ -47,6 +47,9 @@ class ReplayEvaluator:
         self.recording = recording
         self.speed = speed
         self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._run_id: str | None = None
+        self._early_cancels: set[str] = set()
 
     @classmethod
     def from_spec(cls, spec: str) -> "ReplayEvaluator":
@@ -68,8 +71,12 @@ class ReplayEvaluator:
     def close(self) -> None:
         self.cancel()
 
-    def cancel(self) -> None:
-        self._cancel.set()
+    def cancel(self, run_id: str | None = None) -> None:
+        with self._lock:
+            if run_id is not None and run_id != self._run_id:
+                self._early_cancels.add(run_id)   # the run has not started: applied when it does
+                return
+            self._cancel.set()
 
     def plan(self, sub: CandidateSubmission) -> ReplaySample:
         first = sub.candidate_source.split("\n", 1)[0]
@@ -83,8 +90,15 @@ class ReplayEvaluator:
         digest = hashlib.blake2b(f"{sub.job_id}/{sub.candidate_id}".encode(), digest_size=8).digest()
         return self.recording.samples[int.from_bytes(digest, "little") % len(self.recording.samples)]
 
-    def run(self, submission: CandidateSubmission, stage: str = "full") -> Verdict:
-        self._cancel.clear()
+    def run(self, submission: CandidateSubmission, stage: str = "full",
+            run_id: str | None = None) -> Verdict:
+        with self._lock:
+            self._run_id = run_id
+            if run_id is not None and run_id in self._early_cancels:
+                self._early_cancels.discard(run_id)
+                self._cancel.set()
+            else:
+                self._cancel.clear()
         try:
             plan = self.plan(submission)
         except ValueError as exc:

@@ -18,7 +18,9 @@ SETTINGS_ENV = "SPECGEN_RUNTIME_SETTINGS"
 class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # liveness
     heartbeat_interval_s: float = 0.5       # every peer sends a heartbeat this often
-    peer_timeout_s: float = 5.0             # a peer silent this long is declared lost
+    peer_timeout_s: float = 15.0            # a peer silent this long is declared lost (process
+                                            # deaths are seen at once by their node; this is for
+                                            # hung or cut-off peers, so it tolerates a loaded host)
     ready_timeout_s: float = 180.0          # a started worker/reasoner must report READY by then
     connect_timeout_s: float = 15.0         # a client waits this long for the scheduler's Welcome
     call_timeout_s: float = 120.0           # a client request waits this long for its reply

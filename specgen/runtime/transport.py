@@ -250,6 +250,7 @@ class PeerConnection:
         self._pending: dict[int, tuple[_Wire, concurrent.futures.Future]] = {}
         self._lock = threading.Lock()
         self.welcome: Welcome | None = None
+        self._rejoining = False
         self._welcomed = threading.Event()
         self.scheduler_id: str | None = None
         self.last_heard = 0.0
@@ -363,6 +364,9 @@ class PeerConnection:
         (or their replies lost with a dead scheduler), so re-send them once Welcome arrives."""
         if again:
             self._resend_upto = self._last_call_id
+            # Whether the scheduler restarted or only timed us out, what it sent meanwhile
+            # (candidate updates, job events) did not reach us: pick the streams up again.
+            self._rejoining = True
         self._last_hello = time.monotonic()
         self.send(Hello(role=self.role, name=self.name, pid=os.getpid(), **self._hello_fields()))
 
@@ -409,7 +413,8 @@ class PeerConnection:
                 self.scheduler_failure = None
             self._welcomed.set()
             self._resend_pending()
-            if changed and self._on_reconnect is not None:
+            rejoined, self._rejoining = self._rejoining, False
+            if (changed or rejoined) and self._on_reconnect is not None:
                 self._on_reconnect()
             return
         if isinstance(msg, HeartbeatAck):

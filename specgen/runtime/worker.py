@@ -51,8 +51,9 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
 
 class Evaluator(Protocol):
     def start(self) -> None: ...
-    def run(self, submission: CandidateSubmission, stage: str = "full") -> Verdict: ...
-    def cancel(self) -> None: ...
+    def run(self, submission: CandidateSubmission, stage: str = "full",
+            run_id: str | None = None) -> Verdict: ...
+    def cancel(self, run_id: str | None = None) -> None: ...
     def close(self) -> None: ...
 
 
@@ -112,7 +113,8 @@ class WorkerActor:
             with self._lock:
                 if self.current is not None and self.current.request_id == msg.request_id:
                     if self.evaluator is not None:
-                        self.evaluator.cancel()
+                        # By id: the main thread may not have entered evaluator.run() yet.
+                        self.evaluator.cancel(msg.request_id)
                 else:
                     self.cancelled.add(msg.request_id)
 
@@ -141,7 +143,7 @@ class WorkerActor:
             verdict = Verdict(stage=task.stage, error="cancelled before it started")
         else:
             assert self.evaluator is not None
-            verdict = self.evaluator.run(sub, stage=task.stage)
+            verdict = self.evaluator.run(sub, stage=task.stage, run_id=task.request_id)
         cancelled = bool(verdict.error and verdict.error.startswith("cancelled"))
         return CandidateUpdate(
             job_id=sub.job_id, candidate_id=sub.candidate_id, stage=task.stage, verdict=verdict,

@@ -73,6 +73,16 @@ def test_cancel_kills_the_running_candidate(strict_worker: EvalWorker) -> None:
     assert strict_worker.run(submission("softmax", GOOD), "validate").correct
 
 
+def test_a_cancel_by_id_that_comes_before_the_run_is_not_lost(strict_worker: EvalWorker) -> None:
+    # A caller hands work over on one thread while a cancel for it arrives on another: the
+    # cancel may land before run() begins, and must still apply to that run and no other.
+    strict_worker.cancel("job-a/c1/validate")
+    began = time.monotonic()
+    verdict = strict_worker.run(submission("softmax", GOOD), "validate", run_id="job-a/c1/validate")
+    assert verdict.error == "cancelled" and time.monotonic() - began < 3.5
+    assert strict_worker.run(submission("softmax", GOOD), "validate", run_id="job-a/c2/validate").correct
+
+
 def test_spares_take_start_up_off_the_critical_path(tmp_path: Path) -> None:
     options = EvalOptions(timing_trials=4, warmup=1)
     with EvalWorker("cpu", tmp_path / "spares", spare_processes=1, options=options) as warm:

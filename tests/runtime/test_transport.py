@@ -117,6 +117,8 @@ def test_unanswered_requests_are_resent_after_re_registration(fake: FakeSchedule
         assert p2b.call_id == p2.call_id
         fake.send(peer, Pong(call_id=p2b.call_id))
         fut.result(2)
+        # Timed out by a scheduler that did not restart: streams are picked up again too.
+        assert reconnects == [1, 1]
     finally:
         conn.close()
 
