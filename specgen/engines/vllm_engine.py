@@ -16,12 +16,13 @@ import os
 import time
 from typing import Any, AsyncIterator
 
-from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
-from specgen.engines.request_tracking import ActiveRequest, ActiveRequests, check_params, check_prompt_ids
+from specgen.engines.base import EngineError, GenerationParams, TokenDelta
+from specgen.engines.request_tracking import ActiveRequest, ActiveRequests
+from specgen.engines.token_engine import TokenizedEngine
 from specgen.engines.tokenizer_loading import HFTokenizer
 
 
-class VLLMEngine(Engine):
+class VLLMEngine(TokenizedEngine):
     """vLLM's `AsyncLLM` in this process.
 
     Args:
@@ -139,37 +140,7 @@ class VLLMEngine(Engine):
         if not await self.async_llm.reset_prefix_cache():
             raise EngineError("vllm: reset_prefix_cache refused (requests still running hold blocks)")
 
-    # -- tokens ----------------------------------------------------------------------------------
-
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text)
-
-    def decode(self, token_ids: list[int]) -> str:
-        return self._tokenizer.decode(token_ids)
-
-    def chat_prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        return self._tokenizer.chat_prompt_ids(messages)
-
-    # -- generation ------------------------------------------------------------------------------
-
-    def reason(self, request_id: str, prompt_ids: list[int], params: GenerationParams) -> AsyncIterator[TokenDelta]:
-        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
-        check_params(self.name, params)
-        return self._stream(request_id, "reason", list(prompt_ids), params)
-
-    def fork(
-        self,
-        request_id: str,
-        prompt_ids: list[int],
-        reasoning_ids: list[int],
-        suffix_ids: list[int],
-        params: GenerationParams,
-    ) -> AsyncIterator[TokenDelta]:
-        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
-        check_prompt_ids(self.name, "reasoning_ids", reasoning_ids)
-        check_prompt_ids(self.name, "suffix_ids", suffix_ids)
-        check_params(self.name, params)
-        return self._stream(request_id, "fork", [*prompt_ids, *reasoning_ids, *suffix_ids], params)
+    # -- generation (encode/decode/reason/fork come from TokenizedEngine) ------------------------
 
     async def abort(self, request_id: str) -> None:
         request = self._requests.mark_aborted(request_id)
