@@ -351,6 +351,7 @@ class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
     pending_pool: str = ""                  # pool it moves to when its current request ends
     busy_candidate: str = ""                # "job_id/candidate_id" of the request it runs
     pid: int = 0                            # its process id on its node's host
+    host: str = ""                          # host name of the machine it runs on (pairs it with KV pools)
 
 
 class PoolStat(msgspec.Struct, kw_only=True):
@@ -386,6 +387,8 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     feedback_latency_p50_s: float | None = None   # candidate extracted -> profiling verdict
     feedback_latency_p95_s: float | None = None
     busy_while_waiting: float | None = None # busy worker share, over time when requests waited
+    kv_control_endpoint: str = ""           # where KV pools connect their control channel ("" = off)
+    kv_pools: list[KvPoolView] = []         # remote KV pools reporting to the scheduler
 
 
 class Hello(_Wire):
@@ -400,6 +403,7 @@ class Hello(_Wire):
     pid: int = 0
     busy_request_id: str = ""               # worker: the request it is running now (after restarts)
     busy_key: list[str] = []                # worker: (job_id, candidate_id, stage) of that request
+    host: str = ""                          # worker: host name (pairs it with KV pools on its device)
 
 
 class Welcome(_Wire):
@@ -671,6 +675,9 @@ class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
     moves: int = 0                          # blocks relocated out of a shrinking segment
     shrinks: int = 0                        # segments given back
     grows: int = 0                          # segments added
+    host: str = ""                          # host name of the pool's process (socket.gethostname())
+    devices: list[int] = []                 # devices the pool's memory lives on (-1 host memory), even
+                                            # when shrunk to nothing; host-wide GPU indices
 
 
 class KvPoolResize(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -681,3 +688,17 @@ class KvPoolResize(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     target_bytes: int | None = None         # new pool size; None only asks for stats
     request_id: str = ""                    # echoed in the log; lets the sender match the reply
+
+
+class KvPoolView(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One remote KV pool as the scheduler sees it (SchedulerStats.kv_pools)."""
+
+    pool: str                               # the pool's control-channel identity
+    stats: KvPoolStats                      # its latest report
+    reported_s_ago: float = 0.0             # age of that report
+    paired_workers: list[str] = []          # workers on the same host and device(s)
+    busy_devices: int = 0                   # paired devices running evaluations now
+    restore_bytes: int | None = None        # size to grow back to while shrunk for evaluations
+    target_bytes: int | None = None         # size last asked for (None: never resized)
+    shrinks_requested: int = 0              # shrink requests the scheduler sent
+    grows_requested: int = 0                # grow-back requests the scheduler sent

@@ -14,6 +14,7 @@ memory freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolSta
 """
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -24,7 +25,7 @@ from specgen.kv.block_table import BlockTable, block_keys
 from specgen.kv.errors import KvPoolError, KvPoolTimeout
 from specgen.kv.extension import kv_extension
 from specgen.kv.layout import KvLayout
-from specgen.kv.segments import HOST, SegmentMemory, allocate_segment
+from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index
 from specgen.kv.transfer import KvTransfer
 from specgen.messages import KvPoolStats
 
@@ -323,6 +324,9 @@ class RemoteKvPool:
             moves=t.moves,
             shrinks=self._shrinks,
             grows=self._grows,
+            # Where the memory is, in terms the scheduler can match with its workers' devices.
+            host=socket.gethostname(),
+            devices=sorted({host_device_index(d) for d in (*self.devices, *by_device)}),
         )
 
     def close(self) -> None:

@@ -6,16 +6,29 @@ binds with a ROUTER (`PoolController`): the pool sends its `KvPoolStats` every `
 after each resize, and takes `KvPoolResize` requests. Frames: [kind, msgpack body] with kind b"stats"
 or b"resize" (a ROUTER sees the pool's identity first). The pool side never blocks: it polls from the
 engine's scheduling loop.
+
+A `RemoteKvPool` held by any other process (e.g. a profiler worker that owns the spare memory) joins
+the same channel through `PoolControlAgent`, stepped from the thread that uses the pool. The runtime's
+scheduler binds the controller side when its setting `kv_control_bind` is set (see
+specgen/runtime/kv_steward.py): it shrinks a pool while workers on the pool's GPU evaluate candidates
+and grows it back when they are idle.
 """
 from __future__ import annotations
 
+import logging
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
 import zmq
 
 from specgen.kv.errors import KvPoolError, KvPoolTimeout
 from specgen.messages import KvPoolResize, KvPoolStats
+
+if TYPE_CHECKING:
+    from specgen.kv.pool import RemoteKvPool
+
+log = logging.getLogger(__name__)
 
 STATS = b"stats"
 RESIZE = b"resize"
@@ -59,6 +72,62 @@ class PoolControlClient:
 
     def close(self) -> None:
         self._socket.close(linger=0)
+
+
+class PoolControlAgent:
+    """Serves a `RemoteKvPool` on the control channel: applies resize requests, reports stats.
+
+    `step()` must run in the thread that uses the pool (a RemoteKvPool is not thread-safe): it
+    applies the resize requests that arrived (a shrink waits for copies in flight on the segments it
+    gives back, at most `shrink_timeout_s` per segment) and sends stats after a resize or every
+    `stats_interval_s`.
+    """
+
+    def __init__(self, pool: "RemoteKvPool", endpoint: str, identity: str | None = None, *,
+                 stats_interval_s: float = 1.0, shrink_timeout_s: float = 30.0) -> None:
+        self.pool = pool
+        self.identity = identity or pool.pool_id
+        if not self.identity:
+            raise KvPoolError("PoolControlAgent needs an identity (or a pool with a pool_id)")
+        self.stats_interval_s = stats_interval_s
+        self.shrink_timeout_s = shrink_timeout_s
+        self.client = PoolControlClient(endpoint, self.identity)
+        self._last_stats = -float("inf")
+        self.applied: list[tuple[KvPoolResize, int]] = []   # (request, capacity after it)
+
+    def apply(self, request: KvPoolResize) -> int:
+        """Resize the pool toward request.target_bytes in whole segments; the capacity after it.
+
+        A shrink gives back at least what is asked (never keeps more than the target); a grow takes
+        at most what is asked, as far as headroom and max_bytes allow."""
+        pool = self.pool
+        target = request.target_bytes
+        if target is not None:
+            capacity = pool.capacity_bytes
+            if target < capacity:
+                try:
+                    pool.shrink(capacity - max(0, target), timeout_s=self.shrink_timeout_s)
+                except KvPoolTimeout as exc:
+                    # Part of it may be done; the stats sent next say what the pool holds now.
+                    log.warning("KV pool %s: shrink to %d bytes incomplete (PoolControlAgent shrink_timeout_s=%g): "
+                                "%s", self.identity, target, self.shrink_timeout_s, exc)
+            elif target > capacity:
+                pool.grow(target - capacity)
+        return pool.capacity_bytes
+
+    def step(self, now: float | None = None) -> list[KvPoolResize]:
+        """Apply the resize requests received since the last step, then report if due; the requests."""
+        requests = self.client.poll_resize()
+        for request in requests:
+            self.applied.append((request, self.apply(request)))
+        now = time.monotonic() if now is None else now
+        if requests or now - self._last_stats >= self.stats_interval_s:
+            self._last_stats = now
+            self.client.send_stats(self.pool.stats())
+        return requests
+
+    def close(self) -> None:
+        self.client.close()
 
 
 class PoolController:

@@ -23,6 +23,21 @@ from specgen.kv.extension import kv_extension
 HOST = -1  # device index used for host memory
 
 
+def host_device_index(device: int) -> int:
+    """The host-wide index (as nvidia-smi and specgen-node number GPUs) of this process's CUDA device.
+
+    CUDA_VISIBLE_DEVICES renumbers GPUs per process, while the scheduler pairs a pool with the workers
+    of the same GPU across processes. Host memory (-1) stays -1; a list that is not plain indices (GPU
+    UUIDs) cannot be translated without the driver and is left as it is.
+    """
+    if device == HOST:
+        return HOST
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if device < len(visible) and visible[device].isdigit():
+        return int(visible[device])
+    return device
+
+
 @dataclass(frozen=True)
 class SegmentGrant:
     """What a borrower needs to map a lent segment (it crosses a process boundary as plain data)."""

@@ -32,6 +32,7 @@ Supported vLLM versions: see SUPPORTED_VLLM_VERSIONS (the connector API changes 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from specgen.kv.block_table import BlockTable, block_key
 from specgen.kv.errors import KvPoolError
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool import MAX_SEGMENTS
-from specgen.kv.segments import HOST, SegmentMemory, allocate_segment
+from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index
 from specgen.kv.transfer import KvTransfer
 from specgen.messages import KvPoolStats
 
@@ -286,6 +287,8 @@ class SpecgenOffloadingManager(OffloadingManager):
             hits=t.hits, misses=t.misses, hit_rate=(t.hits / looked_up) if looked_up else 0.0,
             stores=t.stores, loads=t.loads, evictions=t.evictions, moves=t.moves,
             shrinks=self._shrinks, grows=self._grows,
+            # The pool's GPU as the scheduler's workers number it (it pairs the pool with them).
+            host=socket.gethostname(), devices=[host_device_index(self.settings.pool_device)],
         )
 
 

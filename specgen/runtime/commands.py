@@ -78,4 +78,22 @@ def _status(args: argparse.Namespace) -> int:
                       f"{health.get('error', '')}"[:200])
     if stats.feedback_latency_p50_s is not None:
         print(f"  feedback latency p50 {stats.feedback_latency_p50_s:.2f} s  p95 {stats.feedback_latency_p95_s:.2f} s")
+    if stats.kv_control_endpoint:
+        print(f"  KV pools {len(stats.kv_pools)}  control {stats.kv_control_endpoint}")
+    for view in stats.kv_pools:
+        kv = view.stats
+        devices = ",".join("host" if d == -1 else f"cuda:{d}" for d in kv.devices) or "?"
+        state = (f"shrunk for {view.busy_devices} busy device(s), grows back to {_size(view.restore_bytes)}"
+                 if view.restore_bytes is not None else "full size")
+        print(f"  kv {view.pool:22s} {kv.host or '?'}/{devices}  {_size(kv.capacity_bytes)}  "
+              f"blocks {kv.used_blocks}/{kv.capacity_blocks}  hit rate {kv.hit_rate:.0%}  {state}  "
+              f"resizes asked -{view.shrinks_requested}/+{view.grows_requested}  "
+              f"paired {','.join(view.paired_workers) or 'none'}")
     return 0
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.1f} {unit}"
+    return f"{nbytes} B"

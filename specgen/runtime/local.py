@@ -8,6 +8,10 @@ The scheduler listens on an ipc:// socket in a private temporary directory (noth
 the network); its journal lives in `state_dir` (a temporary directory unless given). Start-up waits
 until every worker registered (setting `ready_timeout_s`); leaving the block stops everything
 (SIGTERM, join, SIGKILL after `shutdown_grace_s`) and leaves no process behind.
+
+`kv_control=True` (or the setting `kv_control_bind`) opens the scheduler's control channel for remote
+KV pools; `cluster.kv_control_endpoint` is where a pool connects (`PoolControlAgent`, or vLLM's
+`SpecgenOffloadingSpec` with `control_endpoint`), and the pools then show in `client.stats().kv_pools`.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+
+import msgspec
 
 from specgen.runtime.backend import SchedulerEvaluationBackend
 from specgen.runtime.client import Client
@@ -34,6 +40,7 @@ class LocalCluster:
         evaluator: str = "eval",
         state_dir: Path | None = None,
         address: str | None = None,
+        kv_control: bool = False,
     ) -> None:
         if devices is None:
             devices = ["cpu"] * (workers if workers is not None else 1)
@@ -48,6 +55,9 @@ class LocalCluster:
         self.tmp = Path(tempfile.mkdtemp(prefix="specgen-local-"))
         self.state_dir = state_dir or self.tmp / "state"
         self.address = address or f"ipc://{self.tmp}/scheduler.sock"
+        if kv_control and self.settings.kv_control_bind is None:
+            self.settings = msgspec.structs.replace(self.settings, kv_control_bind=f"ipc://{self.tmp}/kv-control.sock")
+        self.kv_control_endpoint: str | None = None   # the bound address, once started
         self.scheduler: ChildProcess | None = None
         self.nodes: list[ChildProcess] = []
         self.client: Client | None = None  # type: ignore[assignment]
@@ -86,6 +96,8 @@ class LocalCluster:
                 self.start_node(devs, i)
             self.client = Client(self.address, settings=self.settings)
             self.wait_for_workers(len(self.devices))
+            if self.settings.kv_control_bind is not None:
+                self.kv_control_endpoint = self.client.stats().kv_control_endpoint
         except BaseException:
             self.stop()
             raise

@@ -4,7 +4,9 @@ Threads: the I/O thread (SocketPump) decodes incoming frames into a queue and se
 loop produced; malformed frames are answered with an ErrorReply right there, so they never reach
 the loop. The main thread runs the loop: take a batch of messages, feed them to the core, run the
 timers, assign work, commit the journal, and only then send the batch's replies. Reasoner
-processes are started and stopped here, watched by monitor threads.
+processes are started and stopped here, watched by monitor threads. With the setting
+`kv_control_bind`, a second ROUTER (its own I/O thread) takes remote KV pools' stats into the same
+queue and sends them the resize requests the core decides (runtime/kv_steward.py).
 
 Run as `specgen serve --bind tcp://127.0.0.1:PORT` or `python -m specgen.runtime.scheduler`.
 """
@@ -20,10 +22,12 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import zmq
 
 from specgen.errors import UsageError
-from specgen.messages import DeadNotice
+from specgen.kv.pool_control import RESIZE, STATS
+from specgen.messages import DeadNotice, KvPoolStats
 from specgen.runtime import wire
 from specgen.runtime.auth import (
     KEYS_ENV, CurveGate, ServerKeys, client_keys_to_env, ephemeral_client_keys, is_loopback,
@@ -39,12 +43,15 @@ log = logging.getLogger("specgen.scheduler")
 
 _STOP = object()
 _TICK_S = 0.05
+_kv_stats_decoder = msgspec.msgpack.Decoder(KvPoolStats)
+_kv_encoder = msgspec.msgpack.Encoder()
 
 
 class SchedulerActor:
     def __init__(self, bind: str, state_dir: Path, settings: RuntimeSettings,
                  keys: ServerKeys | None = None) -> None:
         require_keys_for(bind, keys)
+        settings.check()   # among others: kv_control_bind must be a loopback address
         self.settings = settings
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -56,6 +63,7 @@ class SchedulerActor:
         self.rejected = 0
         self.send_failures = 0
         self.init_socket(bind, keys)
+        self.init_kv_control()
 
     def init_socket(self, bind: str, keys: ServerKeys | None) -> None:
         self.ctx = new_context()
@@ -79,7 +87,53 @@ class SchedulerActor:
         self.pump = SocketPump(sock, "scheduler", self._on_frames, on_send_error=self._on_send_error,
                                on_burst_end=self._end_burst)
 
-    # -- I/O thread -----------------------------------------------------------------------
+    def init_kv_control(self) -> None:
+        """The remote KV pools' control channel (setting kv_control_bind; None leaves it off)."""
+        self.kv_pump: SocketPump | None = None
+        self.kv_address = ""
+        self.kv_rejected = 0
+        self.kv_send_failures = 0
+        bind = self.settings.kv_control_bind
+        if bind is None:
+            return
+        sock = self.ctx.socket(zmq.ROUTER)
+        configure(sock, self.settings)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)   # a pool that left: an error we count, not a silent drop
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)    # a restarted engine's pool keeps its identity
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            self.pump.stop()
+            raise UsageError(f"cannot bind {bind} (setting kv_control_bind): {exc}") from None
+        self.kv_address = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.core.kv_endpoint = self.kv_address
+        self.kv_pump = SocketPump(sock, "scheduler-kv", self._on_kv_frames, on_send_error=self._on_kv_send_error)
+
+    # -- I/O threads ----------------------------------------------------------------------
+    def _on_kv_frames(self, frames: list[bytes]) -> None:
+        # [pool identity, b"stats", msgpack KvPoolStats]; the channel has no error reply, so a bad
+        # frame is counted and logged.
+        if len(frames) == 3 and frames[1] == STATS:
+            try:
+                stats = _kv_stats_decoder.decode(frames[2])
+            except msgspec.DecodeError as exc:
+                self.kv_rejected += 1
+                log.warning("KV control: bad stats from %r: %s", frames[0][:40], exc)
+                return
+            self.inbox.put(("kv_stats", frames[0], stats))
+            return
+        self.kv_rejected += 1
+        log.warning("KV control: ignored a message of %d frames from %r (expected [b'stats', body])",
+                    len(frames), frames[0][:40])
+
+    def _on_kv_send_error(self, frames: list, exc: zmq.ZMQError) -> None:
+        self.kv_send_failures += 1
+        identity = bytes(frames[0])
+        log.warning("KV control: pool %r unreachable (%s); the request is sent again when it reports",
+                    identity[:40], exc)
+        self.inbox.put(("kv_send_failed", identity))
+
     def _on_frames(self, frames: list[bytes]) -> None:
         peer = frames[0]
         try:
@@ -131,6 +185,10 @@ class SchedulerActor:
 
     def run(self) -> None:
         self.pump.start()
+        if self.kv_pump is not None:
+            self.kv_pump.start()
+            (self.state_dir / "kv_control_address").write_text(self.kv_address + "\n")
+            log.info("KV pools' control channel on %s", self.kv_address)
         # Where it listens, for tools that bound an ephemeral port (tcp://127.0.0.1:*).
         (self.state_dir / "address").write_text(self.address + "\n")
         log.info("scheduler %s listening on %s (state in %s)", self.core.scheduler_id, self.address, self.state_dir)
@@ -169,6 +227,10 @@ class SchedulerActor:
                         core.handle(peer, msg, now)
                 elif item is _STOP:
                     running = False
+                elif item[0] == "kv_stats":
+                    core.on_kv_stats(item[1], item[2], now)
+                elif item[0] == "kv_send_failed":
+                    core.kv_send_failed(item[1])
                 elif item[0] == "exited":
                     _, child, code = item
                     job_id = child.name.removeprefix("reasoner-")
@@ -192,6 +254,13 @@ class SchedulerActor:
             for peer, msg in core.outbox:
                 send([peer, *encode(msg)])
             core.outbox.clear()
+        if core.kv_outbox:
+            requests, core.kv_outbox = core.kv_outbox, []
+            if self.kv_pump is not None:
+                for identity, request in requests:
+                    log.info("KV pool %s: resize to %s bytes (%s)", identity.decode(errors="replace"),
+                             request.target_bytes, request.request_id)
+                    self.kv_pump.send([identity, RESIZE, _kv_encoder.encode(request)])
         if core.actions:
             actions, core.actions = core.actions, []
             for action, job_id in actions:
@@ -213,6 +282,8 @@ class SchedulerActor:
             t.join()
         self.journal.close()
         self.pump.stop()
+        if self.kv_pump is not None:
+            self.kv_pump.stop()
         if self.gate is not None:
             self.gate.stop()
         self.ctx.term()

@@ -2,8 +2,10 @@
 
 The scheduler actor (scheduler.py) feeds every decoded message to `handle(peer, msg, now)`, calls
 `tick(now)` on a timer and `schedule(now)` after each batch, commits the journal, then sends
-`outbox` and carries out `actions` (start or stop a job's reasoner process). Tests drive this
-class directly with fake peer ids and a clock of their own.
+`outbox` and carries out `actions` (start or stop a job's reasoner process). KV pools' reports
+arrive through `on_kv_stats`; the resize requests they are due go out through `kv_outbox`
+(runtime/kv_steward.py decides them). Tests drive this class directly with fake peer ids and a
+clock of their own.
 
 Invariants:
 - A stage request is identified by its key (job_id, candidate_id, stage). At most one result per
@@ -30,11 +32,13 @@ from specgen.messages import (
     PROTOCOL_VERSION, Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission,
     CandidateUpdate, CandidateUpdateNotice, CreateJob, DeadNotice, ErrorReply, EvaluateReply,
     EvaluateRequest, GetJob, GetStats, Goodbye, Heartbeat, HeartbeatAck, Hello, JobCreated,
-    JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus, JobStatusReply, Ping, PoolStat, Pong,
+    JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus, JobStatusReply, KvPoolResize, KvPoolStats,
+    Ping, PoolStat, Pong,
     ReportJobEvent, ReportJobResult, ResyncUpdates, SchedulerStats, StatsReply, SubmitAck,
     SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited, WorkerStat, _Wire,
 )
 from specgen.runtime.journal import Journal
+from specgen.runtime.kv_steward import KvPoolSteward, WorkerPlacement, device_index
 from specgen.runtime.pools import PoolController, UsageMeter
 from specgen.runtime.priority import POOLS, PriorityRule, QueuedRequest, RequestQueue
 from specgen.runtime.settings import RuntimeSettings
@@ -66,6 +70,7 @@ class WorkerState:
     completed: int = 0
     pending_pool: str | None = None
     pid: int = 0
+    host: str = ""
 
     @property
     def future_pool(self) -> str:
@@ -140,6 +145,10 @@ class SchedulerCore:
         self.pools = PoolController(self.settings)
         self.lending = self.pools.elastic and self.settings.lend_idle_workers
         self.usage = UsageMeter(now)
+        s = self.settings
+        self.kv = KvPoolSteward(s.kv_reserve_bytes, s.kv_regrow_idle_s, s.kv_pool_timeout_s)
+        self.kv_outbox: list[tuple[bytes, KvPoolResize]] = []   # (pool identity, request)
+        self.kv_endpoint = ""                                    # set by the actor once bound
 
     def init_dispatch(self) -> None:
         # message type -> (handler, roles allowed to send it)
@@ -229,6 +238,7 @@ class SchedulerCore:
                     error=f"wall time of {job.spec.wall_time_s:g} s used up and the reasoner did not "
                           f"finish within {self.settings.job_grace_s:g} s more (setting job_grace_s)"), now)
         self.rebalance(now)
+        self.kv.expire(now)
 
     # -- peers ------------------------------------------------------------------------------
     def on_hello(self, peer: bytes, msg: Hello, now: float) -> None:
@@ -315,7 +325,7 @@ class SchedulerCore:
         else:
             pool = "validate" if validators < self.pools.static_validators(n) else "profile"
         w = WorkerState(peer=peer, name=msg.name, node=msg.node, device=msg.device or "cpu", pool=pool,
-                        pid=msg.pid)
+                        pid=msg.pid, host=msg.host)
         self.workers[peer] = w
         if msg.busy_request_id:
             # The worker was running a request when this scheduler (re)started: adopt it.
@@ -563,6 +573,7 @@ class SchedulerCore:
                     assigned += 1
                     progress = True
         self._refresh_usage()
+        self.steer_kv(now)
         return assigned
 
     def _pick(self, w: WorkerState, wall: float, lend: bool) -> QueuedRequest | None:
@@ -595,6 +606,22 @@ class SchedulerCore:
         w.busy, w.busy_since = req, now
         self.running[req.request_id] = req
         self.reply(w.peer, AssignWork(request_id=req.request_id, stage=req.stage, submission=req.submission))
+
+    # -- remote KV pools ----------------------------------------------------------------------
+    def on_kv_stats(self, identity: bytes, stats: KvPoolStats, now: float) -> None:
+        self.kv.on_stats(identity, stats, now)
+
+    def kv_send_failed(self, identity: bytes) -> None:
+        self.kv.send_failed(identity)
+
+    def steer_kv(self, now: float) -> None:
+        """Queue the resizes the pools are due: room on a GPU while its workers evaluate, given
+        back once they are idle (in the same pass that assigned the work, so both go out together)."""
+        if not self.kv.pools:
+            return
+        placements = [WorkerPlacement(name=w.name, host=w.host, device=device_index(w.device),
+                                      busy=w.busy is not None) for w in self.workers.values()]
+        self.kv_outbox.extend(self.kv.steer(placements, now))
 
     def rebalance(self, now: float) -> None:
         workers = list(self.workers.values())
@@ -823,7 +850,7 @@ class SchedulerCore:
                 name=w.name, node=w.node, device=w.device, pool=w.pool,
                 busy_stage=w.busy.stage if w.busy else "",
                 busy_for_s=(now - w.busy_since) if w.busy else 0.0, completed=w.completed,
-                pending_pool=w.pending_pool or "", pid=w.pid,
+                pending_pool=w.pending_pool or "", pid=w.pid, host=w.host,
                 busy_candidate=f"{w.busy.key[0]}/{w.busy.key[1]}" if w.busy else "")
                 for w in self.workers.values()],
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),
@@ -836,4 +863,5 @@ class SchedulerCore:
             reassignments=self.counters["reassignments"],
             feedback_latency_p50_s=pick(0.5), feedback_latency_p95_s=pick(0.95),
             busy_while_waiting=self.usage.busy_share_while_waiting(),
+            kv_control_endpoint=self.kv_endpoint, kv_pools=self.kv.views(now),
         )

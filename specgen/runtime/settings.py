@@ -52,6 +52,18 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_max_restarts: int = 10           # restarts of one worker within 10 minutes, then give up
     spare_processes: int = 1                # evaluation: candidate processes kept started ahead
     eval_options: dict[str, Any] = {}       # evaluation: EvalOptions fields (trials, timeouts, ...)
+    # remote KV pools (runtime/kv_steward.py): the scheduler sees their size and hit rate and makes
+    # room for evaluations on the GPU they live on
+    kv_control_bind: str | None = None      # bind the pools' control channel here (None = off); loopback
+                                            # only: the channel has no CURVE, and pools live on the
+                                            # scheduler's host or reach it through a tunnel
+    kv_reserve_bytes: int = 8 << 30         # a pool gives back this much per GPU of its own that runs an
+                                            # evaluation (a candidate's tensors, workspace, CUDA context)
+    kv_regrow_idle_s: float = 1.0           # grow a pool back once its GPUs stayed idle this long (a
+                                            # worker that takes its next request at once keeps the room)
+    kv_pool_timeout_s: float = 30.0         # forget a pool silent this long (a vLLM engine's pool reports
+                                            # only while the engine steps, so this is longer than
+                                            # peer_timeout_s)
 
     def check(self) -> "RuntimeSettings":
         if self.pool_mode not in ("elastic", "static"):
@@ -69,6 +81,18 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise UsageError(f"setting {name} must be positive")
         if self.peer_timeout_s <= self.heartbeat_interval_s:
             raise UsageError("setting peer_timeout_s must exceed heartbeat_interval_s")
+        if self.kv_reserve_bytes < 0 or self.kv_regrow_idle_s < 0:
+            raise UsageError("settings kv_reserve_bytes and kv_regrow_idle_s must not be negative")
+        if self.kv_pool_timeout_s <= 0:
+            raise UsageError("setting kv_pool_timeout_s must be positive")
+        if self.kv_control_bind is not None:
+            from specgen.runtime.auth import is_loopback
+
+            if not is_loopback(self.kv_control_bind):
+                raise UsageError(
+                    f"setting kv_control_bind={self.kv_control_bind!r} is not a loopback address: the KV "
+                    "pools' control channel has no authentication; bind ipc://, tcp://127.0.0.1 or "
+                    "tcp://[::1] (pools on other hosts reach it through an SSH tunnel)")
         return self
 
     def to_env(self) -> str:

@@ -14,6 +14,7 @@ import logging
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -76,6 +77,7 @@ class WorkerActor:
     def __init__(self, config: WorkerConfig, settings: RuntimeSettings) -> None:
         self.config = config
         self.settings = settings
+        self.host = socket.gethostname()    # pairs this worker with KV pools on its device
         self.evaluator: Evaluator | None = None
         self.tasks: queue.SimpleQueue[AssignWork | None] = queue.SimpleQueue()
         self.current: AssignWork | None = None
@@ -96,11 +98,11 @@ class WorkerActor:
     # -- I/O thread -----------------------------------------------------------------------
     def _busy_fields(self) -> dict[str, Any]:
         cur = self.current
+        where = {"node": self.config.node, "device": self.config.device, "host": self.host}
         if cur is None:
-            return {"node": self.config.node, "device": self.config.device}
+            return where
         sub = cur.submission
-        return {"node": self.config.node, "device": self.config.device,
-                "busy_request_id": cur.request_id, "busy_key": [sub.job_id, sub.candidate_id, cur.stage]}
+        return {**where, "busy_request_id": cur.request_id, "busy_key": [sub.job_id, sub.candidate_id, cur.stage]}
 
     def _heartbeat_fields(self) -> dict[str, Any]:
         cur = self.current

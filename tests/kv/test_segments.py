@@ -96,3 +96,14 @@ def test_gpu_segment_lent_through_cuda_ipc() -> None:
 @pytest.mark.gpu
 def test_gpu_segment_lent_through_cuda_ipc_same_device() -> None:
     _lend_and_borrow(0, "cuda:0")
+
+
+def test_host_device_index_undoes_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specgen.kv.segments import HOST, host_device_index
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert (host_device_index(0), host_device_index(1), host_device_index(HOST)) == (2, 3, HOST)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8a1f,GPU-77c2")
+    assert host_device_index(1) == 1, "UUIDs cannot be translated without the driver: left as they are"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert host_device_index(1) == 1

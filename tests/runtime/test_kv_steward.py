@@ -1,0 +1,294 @@
+"""Remote KV pools and the scheduler: the steward's decisions (plain logic, the test's clock), the
+scheduler core sending them with the work they make room for, and a live cluster steering a real
+RemoteKvPool in host memory over the control channel while a real candidate is evaluated."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from specgen.cli import main as cli_main
+from specgen.messages import (
+    AssignWork, CandidateSubmission, CandidateUpdate, EvaluateRequest, Hello, KvPoolResize, KvPoolStats,
+    Verdict, WorkDone,
+)
+from specgen.runtime.journal import Journal
+from specgen.runtime.kv_steward import KvPoolSteward, WorkerPlacement, device_index
+from specgen.runtime.scheduler_core import SchedulerCore
+from specgen.runtime.settings import RuntimeSettings
+
+from tests.runtime.conftest import WRONG, quick_eval_settings, wait_for
+
+POOL = b"engine-0"
+GIB = 1 << 30
+
+
+def gpu_pool(capacity: int = 10 * GIB, host: str = "h1", devices: tuple[int, ...] = (0,)) -> KvPoolStats:
+    return KvPoolStats(pool_id=POOL.decode(), capacity_bytes=capacity, host=host, devices=list(devices))
+
+
+def gpu_worker(busy: bool, name: str = "h1/gpu0", host: str = "h1", device: str = "cuda:0") -> WorkerPlacement:
+    return WorkerPlacement(name=name, host=host, device=device_index(device), busy=busy)
+
+
+def targets(requests: list[tuple[bytes, KvPoolResize]]) -> list[tuple[bytes, int | None]]:
+    return [(identity, r.target_bytes) for identity, r in requests]
+
+
+def steward(reserve: int = 3 * GIB, regrow: float = 1.0, timeout: float = 30.0) -> KvPoolSteward:
+    return KvPoolSteward(reserve_bytes=reserve, regrow_idle_s=regrow, pool_timeout_s=timeout)
+
+
+# -- the steward's decisions ---------------------------------------------------------------------
+
+def test_work_on_a_paired_worker_shrinks_its_pool_once_and_idleness_grows_it_back() -> None:
+    s = steward()
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    assert s.steer([gpu_worker(busy=False)], now=0.0) == []
+    assert targets(s.steer([gpu_worker(busy=True)], now=1.0)) == [(POOL, 7 * GIB)]
+    # The pool reports its new size: the size to restore stays the one from before the busy period.
+    s.on_stats(POOL, gpu_pool(capacity=7 * GIB), now=1.5)
+    for t in (2.0, 3.0, 4.0):
+        assert s.steer([gpu_worker(busy=True)], now=t) == [], "one shrink per busy period"
+    [view] = s.views(now=4.0)
+    assert (view.restore_bytes, view.target_bytes, view.busy_devices) == (10 * GIB, 7 * GIB, 1)
+    assert view.paired_workers == ["h1/gpu0"]
+    # Idle: the pool grows back once the device stayed idle for regrow_idle_s, and only once.
+    assert s.steer([gpu_worker(busy=False)], now=5.0) == []
+    assert s.steer([gpu_worker(busy=False)], now=5.9) == []
+    assert targets(s.steer([gpu_worker(busy=False)], now=6.0)) == [(POOL, 10 * GIB)]
+    s.on_stats(POOL, gpu_pool(), now=6.2)
+    assert s.steer([gpu_worker(busy=False)], now=9.0) == []
+    [view] = s.views(now=9.0)
+    assert (view.shrinks_requested, view.grows_requested, view.restore_bytes) == (1, 1, None)
+
+
+def test_a_worker_that_takes_its_next_request_soon_keeps_the_room_no_flapping() -> None:
+    s = steward(regrow=1.0)
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    sent = s.steer([gpu_worker(busy=True)], now=0.0)
+    for t in (0.5, 0.6, 1.0, 1.2, 1.9, 2.0):    # short gaps between requests
+        busy = t not in (0.5, 1.0, 1.9)
+        sent += s.steer([gpu_worker(busy=busy)], now=t)
+    assert targets(sent) == [(POOL, 7 * GIB)]
+    sent = s.steer([gpu_worker(busy=False)], now=3.0) + s.steer([gpu_worker(busy=False)], now=4.0)
+    assert targets(sent) == [(POOL, 10 * GIB)]
+    # The next busy period starts from the size the pool reports then.
+    s.on_stats(POOL, gpu_pool(capacity=9 * GIB), now=4.5)
+    assert targets(s.steer([gpu_worker(busy=True)], now=5.0)) == [(POOL, 6 * GIB)]
+
+
+def test_workers_elsewhere_are_not_paired_and_change_nothing() -> None:
+    s = steward()
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    strangers = [
+        gpu_worker(busy=True, name="h2/gpu0", host="h2"),               # same device, other host
+        gpu_worker(busy=True, name="h1/gpu1", device="cuda:1"),         # same host, other GPU
+        gpu_worker(busy=True, name="h1/cpu0", device="cpu"),            # host memory is not GPU 0
+        gpu_worker(busy=True, name="h1/odd", device="npu:0"),           # a device pools cannot be on
+    ]
+    assert s.steer(strangers, now=1.0) == []
+    [view] = s.views(now=1.0)
+    assert view.paired_workers == [] and view.busy_devices == 0
+
+
+def test_a_host_memory_pool_pairs_with_that_hosts_cpu_workers() -> None:
+    s = steward(reserve=100)
+    s.on_stats(POOL, KvPoolStats(capacity_bytes=400, host="h1", devices=[-1]), now=0.0)
+    cpu = [gpu_worker(busy=True, name="h1/cpu0", device="cpu"), gpu_worker(busy=False, name="h1/cpu1", device="cpu")]
+    assert targets(s.steer(cpu, now=0.0)) == [(POOL, 300)], "host memory is one device: one reserve"
+    assert s.views(now=0.0)[0].paired_workers == ["h1/cpu0", "h1/cpu1"]
+
+
+def test_the_pool_grows_back_only_when_nothing_runs_on_its_device() -> None:
+    s = steward(regrow=0.5)
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    a, b = "h1/gpu0-a", "h1/gpu0-b"     # two workers sharing GPU 0
+    sent = s.steer([gpu_worker(True, a), gpu_worker(False, b)], now=0.0)
+    sent += s.steer([gpu_worker(True, a), gpu_worker(True, b)], now=0.1)
+    sent += s.steer([gpu_worker(False, a), gpu_worker(True, b)], now=1.0)
+    sent += s.steer([gpu_worker(False, a), gpu_worker(True, b)], now=2.0)
+    assert targets(sent) == [(POOL, 7 * GIB)]
+    s.steer([gpu_worker(False, a), gpu_worker(False, b)], now=3.0)
+    assert targets(s.steer([gpu_worker(False, a), gpu_worker(False, b)], now=3.5)) == [(POOL, 10 * GIB)]
+
+
+def test_a_pool_on_two_gpus_reserves_per_busy_gpu() -> None:
+    s = steward(regrow=0.5)
+    s.on_stats(POOL, gpu_pool(devices=(0, 1)), now=0.0)
+    g0, g1 = "h1/gpu0", "h1/gpu1"
+    assert targets(s.steer([gpu_worker(True, g0), gpu_worker(False, g1, device="cuda:1")], 0.0)) == [(POOL, 7 * GIB)]
+    assert targets(s.steer([gpu_worker(True, g0), gpu_worker(True, g1, device="cuda:1")], 1.0)) == [(POOL, 4 * GIB)]
+    s.steer([gpu_worker(False, g0), gpu_worker(True, g1, device="cuda:1")], 2.0)
+    assert targets(s.steer([gpu_worker(False, g0), gpu_worker(True, g1, device="cuda:1")], 2.5)) == [(POOL, 7 * GIB)]
+    s.steer([gpu_worker(False, g0), gpu_worker(False, g1, device="cuda:1")], 3.0)
+    assert targets(s.steer([gpu_worker(False, g0), gpu_worker(False, g1, device="cuda:1")], 3.5)) == [(POOL, 10 * GIB)]
+
+
+def test_the_target_never_goes_below_zero_and_an_empty_pool_is_left_alone() -> None:
+    s = steward(reserve=3 * GIB)
+    s.on_stats(POOL, gpu_pool(capacity=GIB), now=0.0)
+    s.on_stats(b"empty", gpu_pool(capacity=0), now=0.0)
+    assert targets(s.steer([gpu_worker(busy=True)], now=0.0)) == [(POOL, 0)]
+    s.steer([gpu_worker(busy=False)], now=1.0)
+    assert targets(s.steer([gpu_worker(busy=False)], now=2.0)) == [(POOL, GIB)]
+
+
+def test_no_reserve_means_stats_only() -> None:
+    s = steward(reserve=0)
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    assert s.steer([gpu_worker(busy=True)], now=0.0) == []
+    assert s.views(now=0.0)[0].busy_devices == 1
+
+
+def test_a_silent_pool_is_forgotten_and_starts_afresh_when_it_comes_back() -> None:
+    s = steward(timeout=5.0)
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    s.steer([gpu_worker(busy=True)], now=0.0)
+    assert s.expire(now=4.9) == [] and len(s.views(now=4.9)) == 1
+    assert s.expire(now=5.1) == [POOL] and s.views(now=5.1) == []
+    s.on_stats(POOL, gpu_pool(capacity=7 * GIB), now=6.0)
+    assert targets(s.steer([gpu_worker(busy=True)], now=6.0)) == [(POOL, 4 * GIB)]
+
+
+def test_an_undelivered_request_is_sent_again_when_the_pool_reports() -> None:
+    s = steward()
+    s.on_stats(POOL, gpu_pool(), now=0.0)
+    assert targets(s.steer([gpu_worker(busy=True)], now=0.0)) == [(POOL, 7 * GIB)]
+    s.send_failed(POOL)
+    assert s.steer([gpu_worker(busy=True)], now=1.0) == []
+    s.on_stats(POOL, gpu_pool(), now=2.0)
+    assert targets(s.steer([gpu_worker(busy=True)], now=2.0)) == [(POOL, 7 * GIB)]
+    assert s.steer([gpu_worker(busy=True)], now=3.0) == []
+
+
+# -- the scheduler core ---------------------------------------------------------------------------
+
+def test_the_core_asks_for_room_in_the_pass_that_assigns_the_work_and_reports_pools() -> None:
+    now = 100.0
+    core = SchedulerCore(RuntimeSettings(kv_reserve_bytes=GIB, kv_regrow_idle_s=1.0), Journal(":memory:"),
+                         wall=lambda: 5000.0, now=now)
+    worker, client = b"worker/h1/gpu0/x", b"client/c/1"
+    core.handle(worker, Hello(role="worker", name="h1/gpu0", node="h1", device="cuda:0", host="h1"), now)
+    core.handle(client, Hello(role="client", name="c"), now)
+    core.on_kv_stats(POOL, gpu_pool(capacity=4 * GIB), now)
+    core.schedule(now)
+    assert core.kv_outbox == []
+    core.outbox.clear()
+    sub = CandidateSubmission(job_id="", candidate_id="c1", problem_name="p", problem_source="x",
+                              candidate_source="y")
+    core.handle(client, EvaluateRequest(call_id=1, submission=sub, stage="validate"), now)
+    core.schedule(now)
+    [assign] = [m for p, m in core.outbox if isinstance(m, AssignWork)]
+    assert targets(core.kv_outbox) == [(POOL, 3 * GIB)]
+    core.kv_outbox.clear()
+    upd = CandidateUpdate(job_id="", candidate_id="c1", stage="validate", verdict=Verdict(stage="validate"))
+    core.handle(worker, WorkDone(call_id=2, request_id=assign.request_id, update=upd), now + 2.0)
+    core.schedule(now + 2.0)
+    assert core.kv_outbox == []
+    core.tick(now + 3.0)
+    core.schedule(now + 3.0)
+    assert targets(core.kv_outbox) == [(POOL, 4 * GIB)]
+    stats = core.stats(now + 3.0)
+    [view] = stats.kv_pools
+    assert view.pool == POOL.decode() and view.paired_workers == ["h1/gpu0"]
+    assert (view.shrinks_requested, view.grows_requested) == (1, 1)
+    assert stats.workers[0].host == "h1"
+    core.tick(now + 3.0 + core.settings.kv_pool_timeout_s + 1)
+    assert core.stats(now + 40.0).kv_pools == []
+
+
+def test_a_non_loopback_control_address_is_refused_naming_the_setting(capsys: pytest.CaptureFixture) -> None:
+    assert RuntimeSettings(kv_control_bind="tcp://127.0.0.1:5600").check()
+    code = cli_main(["serve", "--bind", "ipc:///nonexistent/s.sock", "--set", "kv_control_bind=tcp://0.0.0.0:5600"])
+    assert code == 2
+    assert "kv_control_bind" in capsys.readouterr().err
+
+
+# -- live: a cluster steering a real pool ---------------------------------------------------------
+
+class PoolOwner:
+    """A process-local RemoteKvPool in host memory served on the control channel by its own thread
+    (the only thread that touches the pool once it runs), recording when each resize was applied."""
+
+    def __init__(self, endpoint: str) -> None:
+        import torch
+
+        from specgen.kv.layout import KvLayout
+        from specgen.kv.pool import RemoteKvPool
+        from specgen.kv.pool_control import PoolControlAgent
+
+        tensors = [torch.randn(16, 1, 16, 64) for _ in range(2)]
+        layout = KvLayout.from_tensors(tensors, 16)
+        self.tensors = tensors
+        self.segment = 4 * layout.slot_bytes
+        self.pool = RemoteKvPool(layout, devices=[-1], segment_bytes=self.segment, max_bytes=4 * self.segment,
+                                 pool_id="engine-live")
+        assert self.pool.grow() == 4 * self.segment
+        hashes = [f"block{i}".encode() for i in range(6)]
+        self.pool.store(hashes, range(6)).wait()
+        assert self.pool.lookup(hashes[:3] + [b"never-stored"]) == 3    # hit rate 3/4
+        self.agent = PoolControlAgent(self.pool, endpoint, stats_interval_s=0.1)
+        self.applied: list[tuple[float, int | None, int]] = []          # (when, target, capacity after)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="kv-pool-owner", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.wait(0.01):
+            for request in self.agent.step():
+                self.applied.append((time.monotonic(), request.target_bytes, self.pool.capacity_bytes))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.agent.close()
+        self.pool.close()
+
+
+def test_live_pool_shrinks_while_its_worker_evaluates_and_grows_back(
+        softmax_problem: str, softmax_candidate: str, capsys: pytest.CaptureFixture) -> None:
+    from specgen.runtime.local import LocalCluster
+
+    settings = quick_eval_settings(kv_reserve_bytes=1, kv_regrow_idle_s=1.0)
+    with LocalCluster(workers=1, settings=settings, kv_control=True) as cluster:
+        assert cluster.kv_control_endpoint and cluster.kv_control_endpoint.startswith("ipc://")
+        owner = PoolOwner(cluster.kv_control_endpoint)
+        try:
+            segment = owner.segment
+
+            def view():
+                pools = cluster.client.stats().kv_pools
+                return pools[0] if pools else None
+
+            first = wait_for(view, 30, "the pool's stats to reach the scheduler")
+            assert first.pool == "engine-live" and first.paired_workers == ["local0/cpu0"]
+            assert first.stats.host == socket.gethostname() and first.stats.devices == [-1]
+            assert first.stats.capacity_bytes == 4 * segment and first.stats.used_blocks == 6
+            assert first.stats.hit_rate == pytest.approx(0.75)
+
+            # Two evaluations back to back on the paired worker: one shrink (a reserve of 1 byte takes
+            # one whole segment), one grow-back after both; the short gap between them keeps the room.
+            started = time.monotonic()
+            good = cluster.client.evaluate(softmax_problem, softmax_candidate, stage="validate")
+            bad = cluster.client.evaluate(softmax_problem, WRONG, stage="validate")
+            returned = time.monotonic()
+            assert good.correct and not bad.correct
+            wait_for(lambda: len(owner.applied) >= 2, 30, "the pool to grow back")
+            (shrunk_at, shrink_to, after_shrink), (grown_at, grow_to, after_grow) = owner.applied[:2]
+            assert (shrink_to, after_shrink) == (4 * segment - 1, 3 * segment)
+            assert (grow_to, after_grow) == (4 * segment, 4 * segment)
+            assert started < shrunk_at < returned < grown_at, "shrunk while evaluating, grown back after"
+            assert grown_at - returned >= 0.9 * settings.kv_regrow_idle_s
+            time.sleep(0.5)
+            assert len(owner.applied) == 2, "no flapping"
+            done = wait_for(lambda: (v := view()) and v.stats.grows == 5 and v, 10, "stats after the grow-back")
+            assert (done.shrinks_requested, done.grows_requested, done.restore_bytes) == (1, 1, None)
+            assert (done.stats.shrinks, done.stats.capacity_bytes) == (1, 4 * segment)
+            assert cli_main(["status", "--scheduler", cluster.address]) == 0
+            out = capsys.readouterr().out
+            assert "kv engine-live" in out and "hit rate 75%" in out and "paired local0/cpu0" in out
+        finally:
+            owner.close()
