@@ -292,3 +292,51 @@ def test_live_pool_shrinks_while_its_worker_evaluates_and_grows_back(
             assert "kv engine-live" in out and "hit rate 75%" in out and "paired local0/cpu0" in out
         finally:
             owner.close()
+
+
+@pytest.mark.vllm
+def test_a_vllm_engines_pool_is_steered_through_its_control_endpoint(
+        softmax_problem: str, softmax_candidate: str) -> None:
+    """vLLM's scheduler-side half of SpecgenOffloadingSpec, configured as an engine would be with the
+    cluster's endpoint and stepped as the engine's scheduling loop steps it (on_schedule_end)."""
+    from vllm.v1.kv_offload.base import ScheduleEndContext
+
+    from specgen.kv.vllm_offload import PoolSettings, SpecgenOffloadingManager
+    from specgen.runtime.local import LocalCluster
+
+    block_bytes, slots = 8192, 4
+    segment = block_bytes * slots
+    settings = quick_eval_settings(kv_reserve_bytes=1, kv_regrow_idle_s=0.5)
+    with LocalCluster(workers=1, settings=settings, kv_control=True) as cluster:
+        manager = SpecgenOffloadingManager(PoolSettings.from_extra_config({
+            "pool_device": "cpu", "pool_bytes": 4 * segment, "segment_bytes": segment,
+            "control_endpoint": cluster.kv_control_endpoint, "stats_interval_s": 0.1,
+        }), block_bytes, slots, "vllm-engine-0")
+        sizes = [manager.stats().capacity_bytes]
+        stop = threading.Event()
+
+        def engine_steps() -> None:
+            while not stop.wait(0.01):
+                manager.on_schedule_end(ScheduleEndContext(new_req_ids=(), preempted_req_ids=()))
+                size = manager.stats().capacity_bytes
+                if size != sizes[-1]:
+                    sizes.append(size)
+
+        stepper = threading.Thread(target=engine_steps, name="engine-steps", daemon=True)
+        stepper.start()
+        try:
+            def view():
+                return next((v for v in cluster.client.stats().kv_pools if v.pool == "vllm-engine-0"), None)
+
+            first = wait_for(view, 30, "the engine pool's stats to reach the scheduler")
+            assert first.paired_workers == ["local0/cpu0"] and first.stats.devices == [-1]
+            assert first.stats.capacity_bytes == 4 * segment
+            assert cluster.client.evaluate(softmax_problem, softmax_candidate, stage="validate").correct
+            wait_for(lambda: len(sizes) >= 3, 30, "the engine's pool to shrink and grow back")
+            assert sizes == [4 * segment, 3 * segment, 4 * segment]
+            done = wait_for(lambda: (v := view()) and v.grows_requested == 1 and v, 10, "the grow-back in stats")
+            assert done.shrinks_requested == 1 and done.restore_bytes is None
+        finally:
+            stop.set()
+            stepper.join(5)
+            manager.shutdown()
