@@ -35,7 +35,9 @@ def trace_iteration_tokens(engine: IterationReplayEngine, index: int = 0) -> tup
 
 def test_specgen_stops_the_reasoning_early_and_sequential_reads_it_all(eval_workers) -> None:
     async def go(mode: str):
-        engine = IterationReplayEngine(bundled_trace(FUSED), speed=8)
+        # Speed 4, not faster: on a loaded 2-core machine with cold caches a CPU evaluation of a
+        # Triton kernel takes 5-12 s, and the reasoning must not outrun its own candidates.
+        engine = IterationReplayEngine(bundled_trace(FUSED), speed=4)
         async with local_backend(eval_workers) as backend:
             result = await run_job(fused_spec(mode, max_iterations=1), engine, backend)
         return engine, result
@@ -181,7 +183,7 @@ def test_pipeline_starts_the_next_iteration_before_the_verdict(eval_workers) -> 
 def test_termination_cancels_forks_and_evaluations_in_flight(eval_workers) -> None:
     """Stop the job at a moment with a fork generating, a candidate waiting for validation or
     being validated, and one being profiled; everything must be cancelled, nothing left running."""
-    engine = IterationReplayEngine(bundled_trace(FUSED), speed=8)
+    engine = IterationReplayEngine(bundled_trace(FUSED), speed=4)
     # No early termination, and long profiling, so the moment is bound to come.
     spec = fused_spec("specgen", max_iterations=1, early_termination=False, load_aware=False,
                       triggers=TriggerSettings(min_gap_tokens=128, max_forks_in_flight=0,
