@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import AsyncIterator, Iterable, Literal
 
 from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
-from specgen.engines.request_tracking import ActiveRequest, ActiveRequests, check_params, check_prompt_ids
+from specgen.engines.request_tracking import ActiveRequest, ActiveRequests, check_fork_args, check_params, check_prompt_ids
 from specgen.engines.trace import Chunk, Iteration, Trace
 
 ExtraIterations = Literal["repeat_last", "wrap"]
@@ -107,10 +107,7 @@ class ReplayEngine(Engine):
         suffix_ids: list[int],
         params: GenerationParams,
     ) -> AsyncIterator[TokenDelta]:
-        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
-        check_prompt_ids(self.name, "reasoning_ids", reasoning_ids)
-        check_prompt_ids(self.name, "suffix_ids", suffix_ids)
-        check_params(self.name, params)
+        check_fork_args(self.name, prompt_ids, reasoning_ids, suffix_ids, params)
         request = self._requests.open(request_id, "fork")
         iteration = self._iteration_of(reasoning_ids)
         recording = iteration.fork_at(len(reasoning_ids))

@@ -86,3 +86,12 @@ def check_params(engine_name: str, params: object) -> None:
         raise EngineError(f"{engine_name}: GenerationParams.temperature must be >= 0, got {params.temperature}")
     if not 0 < params.top_p <= 1:
         raise EngineError(f"{engine_name}: GenerationParams.top_p must be in (0, 1], got {params.top_p}")
+
+
+def check_fork_args(engine_name: str, prompt_ids: list[int], reasoning_ids: list[int],
+                    suffix_ids: list[int], params: object) -> None:
+    """The checks every backend's `fork` makes before it starts."""
+    check_prompt_ids(engine_name, "prompt_ids", prompt_ids)
+    check_prompt_ids(engine_name, "reasoning_ids", reasoning_ids)
+    check_prompt_ids(engine_name, "suffix_ids", suffix_ids)
+    check_params(engine_name, params)

