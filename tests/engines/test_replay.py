@@ -49,10 +49,10 @@ def test_reason_streams_iterations_with_recorded_timing(loop) -> None:
         assert deltas[0].num_prompt_tokens == len(prompt) and deltas[0].num_cached_tokens is None
         assert deltas[-1].finished and deltas[-1].finish_reason == "stop"
         recorded = first.final.chunks[-1].t
-        assert recorded / 2.0 <= elapsed < recorded / 2.0 + 0.25     # scaled by the speed factor
+        assert recorded / 2.0 <= elapsed < recorded / 2.0 + 0.5      # scaled by the speed factor (slack: loaded CI)
         # Arrival times follow the recorded ones (scaled), not a burst at the end.
         assert deltas[len(deltas) // 2].t - start == pytest.approx(
-            first.reasoning.chunks[0].t / 2.0 + (deltas[len(deltas) // 2].t - deltas[0].t), abs=0.05
+            first.reasoning.chunks[0].t / 2.0 + (deltas[len(deltas) // 2].t - deltas[0].t), abs=0.15
         )
         _, ids2, _ = await _collect(engine.reason("r1", prompt, GenerationParams()))
         assert ids2 == trace.iterations[1].reasoning.token_ids + trace.iterations[1].final.token_ids
@@ -93,7 +93,7 @@ def test_fork_serves_nearest_earlier_recording_timed_as_recorded(loop) -> None:
         text, elapsed, deltas = await fork_text(200, "c")
         assert text == "kernel two code"
         completion = trace.iterations[0].forks[1].completion
-        assert completion.chunks[-1].t <= elapsed < completion.chunks[-1].t + 0.2
+        assert completion.chunks[-1].t <= elapsed < completion.chunks[-1].t + 0.5
         assert deltas[0].num_prompt_tokens == 1 + min(200, len(reasoning)) + len(suffix)
         # Before the first recording the model had written no code: an empty completion.
         text, _, deltas = await fork_text(3, "d")
@@ -121,7 +121,7 @@ def test_abort_ends_a_waiting_stream_promptly(loop) -> None:
         await engine.abort("slow")
         last = await pending
         assert last.finished and last.finish_reason == "abort" and not last.token_ids
-        assert time.monotonic() - called < 0.05
+        assert time.monotonic() - called < 0.2   # prompt, with slack for a loaded machine
         with pytest.raises(StopAsyncIteration):
             await stream.__anext__()
         # The id is free again and the engine keeps serving.
