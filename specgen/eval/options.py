@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import msgspec
 
+# Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
+TIMING_METHOD = "m2"
+
 
 class EvalOptions(msgspec.Struct, kw_only=True, frozen=True):
     """How to validate and profile a candidate. Defaults follow KernelBench where it is sound."""
@@ -49,5 +52,6 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True):
 
     def timing_key(self) -> str:
         """The settings a reference timing depends on (part of its cache key)."""
-        return (f"w{self.warmup}-t{self.timing_trials}-s{self.input_sets}-l2{self.l2_flush_mb}"
+        # TIMING_METHOD: a timing taken by an older method is never reused.
+        return (f"{TIMING_METHOD}-w{self.warmup}-t{self.timing_trials}-s{self.input_sets}-l2{self.l2_flush_mb}"
                 f"-c{int(self.compile_baseline)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,38 @@ def test_extension_running_only_reference_kernels_is_rejected(gpu_worker: EvalWo
     verdict = run_case(gpu_worker, GPU_CASES / "aten_only_extension.py")
     assert "custom-kernel-not-run" in codes(verdict), verdict
     assert "only kernels the reference launches" in " ".join(verdict.flags)
+
+
+def _host_busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_timing_leaves_host_launch_latency_out() -> None:
+    """A call that spends 0.3 ms on the host before its tiny kernel is timed at the kernel's GPU
+    time (the pre-roll covers the host part); work left on a side stream is still counted."""
+    import torch
+
+    from specgen.eval.timing import Timer
+
+    x = torch.zeros(1024, device="cuda:0")
+    timer = Timer("cuda:0", l2_flush_mb=8)
+
+    def slow_host_tiny_kernel(_: object) -> torch.Tensor:
+        _host_busy(0.0003)
+        return x.add(1)
+
+    stats = timer.time(slow_host_tiny_kernel, [[0]], warmup=3, trials=20)
+    assert stats.median_ms < 0.1, f"host time leaked into the sample: {stats.median_ms:.3f} ms"
+    assert timer.hidden_work_trials == 0
+
+    side = torch.cuda.Stream(device="cuda:0")
+
+    def side_stream_work(_: object) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(5_000_000)   # a few ms on any clock the H200 runs at
+        return x.add(1)
+
+    stats = timer.time(side_stream_work, [[0]], warmup=2, trials=5)
+    assert timer.hidden_work_trials >= 4 and stats.median_ms > 1.0, stats

@@ -218,22 +218,24 @@ def test_a_non_loopback_control_address_is_refused_naming_the_setting(tmp_path) 
 # -- live: a cluster steering a real pool ---------------------------------------------------------
 
 class PoolOwner:
-    """A process-local RemoteKvPool in host memory served on the control channel by its own thread
-    (the only thread that touches the pool once it runs), recording when each resize was applied."""
+    """A process-local RemoteKvPool served on the control channel by its own thread (the only thread
+    that touches the pool once it runs), recording when each resize was applied. In host memory, or
+    (pool_device >= 0) on that GPU, with the engine's cache on cuda:0."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, pool_device: int = -1) -> None:
         import torch
 
         from specgen.kv.layout import KvLayout
         from specgen.kv.pool import RemoteKvPool
         from specgen.kv.pool_control import PoolControlAgent
 
-        tensors = [torch.randn(16, 1, 16, 64) for _ in range(2)]
+        cache_device = "cpu" if pool_device < 0 else "cuda:0"
+        tensors = [torch.randn(16, 1, 16, 64, device=cache_device) for _ in range(2)]
         layout = KvLayout.from_tensors(tensors, 16)
         self.tensors = tensors
         self.segment = 4 * layout.slot_bytes
-        self.pool = RemoteKvPool(layout, devices=[-1], segment_bytes=self.segment, max_bytes=4 * self.segment,
-                                 pool_id="engine-live")
+        self.pool = RemoteKvPool(layout, devices=[pool_device], segment_bytes=self.segment,
+                                 max_bytes=4 * self.segment, pool_id="engine-live")
         assert self.pool.grow() == 4 * self.segment
         hashes = [f"block{i}".encode() for i in range(6)]
         self.pool.store(hashes, range(6)).wait()
@@ -249,9 +251,13 @@ class PoolOwner:
             for request in self.agent.step():
                 self.applied.append((time.monotonic(), request.target_bytes, self.pool.capacity_bytes))
 
-    def close(self) -> None:
+    def stop_serving(self) -> None:
+        """After this the pool belongs to the caller's thread."""
         self._stop.set()
         self._thread.join(5)
+
+    def close(self) -> None:
+        self.stop_serving()
         self.agent.close()
         self.pool.close()
 
@@ -298,6 +304,49 @@ def test_live_pool_shrinks_while_its_worker_evaluates_and_grows_back(
             assert cli_main(["status", "--scheduler", cluster.address]) == 0
             out = capsys.readouterr().out
             assert "kv engine-live" in out and "hit rate 75%" in out and "paired local0/cpu0" in out
+        finally:
+            owner.close()
+
+
+@pytest.mark.gpu
+def test_live_gpu_pool_shrinks_while_the_gpu_worker_beside_it_evaluates(
+        softmax_problem: str, softmax_candidate: str) -> None:
+    """The same on a GPU: the pool's segments in that GPU's memory (the second GPU where there are
+    two, filled from a cache on the first), a real GPU worker evaluating on the same GPU."""
+    import torch
+
+    from specgen.runtime.local import LocalCluster
+
+    gpu = 1 if torch.cuda.device_count() > 1 else 0
+    settings = quick_eval_settings(kv_reserve_bytes=1, kv_regrow_idle_s=1.0)
+    with LocalCluster(devices=[f"cuda:{gpu}"], settings=settings, kv_control=True) as cluster:
+        owner = PoolOwner(cluster.kv_control_endpoint, pool_device=gpu)
+        try:
+            segment = owner.segment
+
+            def view():
+                pools = cluster.client.stats().kv_pools
+                return pools[0] if pools else None
+
+            first = wait_for(view, 30, "the GPU pool's stats to reach the scheduler")
+            assert first.paired_workers == [f"local0/gpu{gpu}"] and first.stats.devices == [gpu]
+            assert first.stats.capacity_bytes == 4 * segment and first.stats.used_blocks == 6
+            started = time.monotonic()
+            verdict = cluster.client.evaluate(softmax_problem, softmax_candidate, stage="validate")
+            returned = time.monotonic()
+            assert verdict.correct and verdict.device.startswith("cuda"), verdict
+            wait_for(lambda: len(owner.applied) >= 2, 30, "the GPU pool to grow back")
+            (shrunk_at, _, after_shrink), (grown_at, _, after_grow) = owner.applied[:2]
+            assert (after_shrink, after_grow) == (3 * segment, 4 * segment)
+            assert started < shrunk_at < returned < grown_at
+            # The blocks kept through the shrink come back from the GPU pool intact.
+            owner.stop_serving()
+            hashes = [f"block{i}".encode() for i in range(6)]
+            kept = owner.pool.lookup(hashes)
+            assert kept == 6, "the shrink dropped an empty segment, moving or evicting nothing"
+            owner.pool.load(hashes, range(8, 14)).wait()
+            for layer in owner.tensors:
+                assert torch.equal(layer[8:14], layer[0:6])
         finally:
             owner.close()
 
