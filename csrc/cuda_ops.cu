@@ -320,10 +320,12 @@ __global__ void __launch_bounds__(kPersistentThreads)
       const unsigned long long target = static_cast<unsigned long long>(kPersistentCtas) * next;
       const unsigned long long previous = atomicAdd(&state->finished, 1ull);
       if (previous + 1 == target) {
-        // The last CTA to finish tells the host.
-        mailbox->copy_ns = global_ns() - *reinterpret_cast<volatile unsigned long long*>(&state->seen_ns);
-        __threadfence_system();
+        // The last CTA to finish tells the host: `done` first, with nothing between it and the
+        // fences above (every CTA's data is visible system-wide before its count), then the timing
+        // readout, which needs no fence of its own (see persistent_last_timing).
+        const unsigned long long finished_at = global_ns();
         *reinterpret_cast<volatile unsigned long long*>(&mailbox->done) = next;
+        mailbox->copy_ns = finished_at - *reinterpret_cast<volatile unsigned long long*>(&state->seen_ns);
       }
       if (blockIdx.x == 0) {
         // The leader takes the next request only when every CTA is done with this one (they all work
@@ -963,6 +965,8 @@ void persistent_stop(PersistentCopier& copier) {
 
 std::pair<int64_t, int64_t> persistent_last_timing(const PersistentCopier& copier) {
   // Several multiprocessors take part, so there is no single cycle count; only global-timer time.
+  // Written just after `done` (one PCIe write later): read right as a wait returns, it can still
+  // hold the previous request's figure.
   return {0, static_cast<int64_t>(*reinterpret_cast<volatile unsigned long long*>(&copier.mailbox->copy_ns))};
 }
 
