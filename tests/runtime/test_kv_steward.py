@@ -262,6 +262,12 @@ class PoolOwner:
         self.pool.close()
 
 
+def only_pool(cluster):
+    """The scheduler's view of the cluster's one KV pool, or None before it reported."""
+    pools = cluster.client.stats().kv_pools
+    return pools[0] if pools else None
+
+
 def test_live_pool_shrinks_while_its_worker_evaluates_and_grows_back(
         softmax_problem: str, softmax_candidate: str, capsys: pytest.CaptureFixture) -> None:
     from specgen.runtime.local import LocalCluster
@@ -274,8 +280,7 @@ def test_live_pool_shrinks_while_its_worker_evaluates_and_grows_back(
             segment = owner.segment
 
             def view():
-                pools = cluster.client.stats().kv_pools
-                return pools[0] if pools else None
+                return only_pool(cluster)
 
             first = wait_for(view, 30, "the pool's stats to reach the scheduler")
             assert first.pool == "engine-live" and first.paired_workers == ["local0/cpu0"]
@@ -323,12 +328,7 @@ def test_live_gpu_pool_shrinks_while_the_gpu_worker_beside_it_evaluates(
         owner = PoolOwner(cluster.kv_control_endpoint, pool_device=gpu)
         try:
             segment = owner.segment
-
-            def view():
-                pools = cluster.client.stats().kv_pools
-                return pools[0] if pools else None
-
-            first = wait_for(view, 30, "the GPU pool's stats to reach the scheduler")
+            first = wait_for(lambda: only_pool(cluster), 30, "the GPU pool's stats to reach the scheduler")
             assert first.paired_workers == [f"local0/gpu{gpu}"] and first.stats.devices == [gpu]
             assert first.stats.capacity_bytes == 4 * segment and first.stats.used_blocks == 6
             started = time.monotonic()
