@@ -11,6 +11,10 @@ profiler needs memory for a candidate: the segments holding the fewest blocks go
 that are more recently used than the pool's least recently used ones move into free or evicted slots
 elsewhere, the rest are evicted, blocks with a copy in flight are waited for, and only then is the
 memory freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
+
+A fork fetching a few blocks can skip the kernel launch: with `pool.transfer.start_persistent()`,
+`load(..., method="persistent")` hands up to 14 blocks to resident CTAs (about 8 us end to end for a
+64 KiB block on H200, against ~14 us for a launched copy); it is not ordered with any stream.
 """
 from __future__ import annotations
 

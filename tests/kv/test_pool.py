@@ -215,3 +215,31 @@ def test_gpu_pool_on_the_engine_device() -> None:
 @pytest.mark.gpu2
 def test_gpu_pool_on_a_peer_device() -> None:
     _gpu_pool_cycle(1)
+
+
+@pytest.mark.gpu
+def test_gpu_pool_fetches_a_few_blocks_through_the_persistent_copier() -> None:
+    """A fork's small fetch without a kernel launch: the pool's transfer runs the persistent
+    copier, loads by hash go through it, and a shrink while it runs re-points its segment table."""
+    pool_device = 1 if torch.cuda.device_count() > 1 else 0
+    pool, tensors, views = _gpu_pool(pool_device)
+    pool.grow()
+    hashes = [f"blk{i}".encode() for i in range(600)]
+    originals = {h: views.block(i) for i, h in enumerate(hashes)}
+    pool.store(hashes, range(600)).wait()
+    synchronize_all()
+    pool.transfer.start_persistent(idle_us=1000)
+    try:
+        for start in range(0, 40, 4):
+            few = hashes[start * 13:start * 13 + 4]
+            pool.load(few, range(700, 704), method="persistent").wait()
+            for i, h in enumerate(few):
+                assert torch.equal(views.block(700 + i), originals[h]), f"block {h!r}"
+        assert pool.shrink(1) == pool.segment_bytes                   # moves blocks while the copier runs
+        held = [h for h in hashes if pool.lookup([h]) == 1][-4:]
+        pool.load(held, range(700, 704), method="persistent").wait()
+        for i, h in enumerate(held):
+            assert torch.equal(views.block(700 + i), originals[h]), f"after shrink: block {h!r}"
+    finally:
+        pool.transfer.stop_persistent()
+        pool.close()
