@@ -6,7 +6,9 @@ Sections:
               client (`Client.evaluate` of a candidate a replaying worker answers at once), and
               client -> scheduler -> client (`Client.ping`). Raw pyzmq: the same two shapes with
               minimal code (a ROUTER broker forwarding msgpack frames to a DEALER worker; a ROUTER
-              echo). Rounds alternate between methods so machine noise hits all of them alike.
+              echo), and the broker path again with an I/O thread per socket in client, broker and
+              worker, as specgen's actors have (the price of that design alone). Rounds alternate
+              between methods so machine noise hits all of them alike.
   throughput  small messages per second through the scheduler with many requests in flight
               (pings; evaluate requests over 2 replaying workers), and the raw broker the same way.
   decision    one scheduling decision (pick the best of 1,000 queued requests for an idle worker
@@ -86,7 +88,77 @@ while True:
     s.send(enc.encode({"k": "done", "to": msg["to"], "id": msg["id"], "v": {"correct": False}}))
 """
 
+# The same broker and worker built the way specgen's actors are (STYLE.md's vLLM pattern), still in
+# bare pyzmq: an I/O thread per socket alone touches it and hands received frames to the actor's
+# loop through a queue; the loop hands frames to send back through a deque and an eventfd wake-up.
+# Nothing else of specgen (no typing, journal, priorities, heartbeats): this row prices the design.
+IO_PUMP = r"""
+import collections, os, queue, threading, zmq
+class Pump:
+    def __init__(self, sock):
+        self.sock, self.inbox, self.out = sock, queue.SimpleQueue(), collections.deque()
+        self.wake = os.eventfd(0, os.EFD_NONBLOCK)
+        threading.Thread(target=self.run, daemon=True).start()
+    def send(self, frames):
+        self.out.append(frames)
+        os.eventfd_write(self.wake, 1)
+    def run(self):
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.wake, zmq.POLLIN)
+        while True:
+            events = dict(poller.poll())
+            if self.sock in events:
+                while True:
+                    try:
+                        self.inbox.put(self.sock.recv_multipart(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+            if self.wake in events:
+                try:
+                    os.eventfd_read(self.wake)
+                except BlockingIOError:
+                    pass
+                while self.out:
+                    self.sock.send_multipart(self.out.popleft())
+"""
+
+RAW_BROKER_IO = IO_PUMP + r"""
+import sys, msgspec
+enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
+ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
+pump = Pump(s)
+idle, waiting = collections.deque(), collections.deque()
+while True:
+    peer, body = pump.inbox.get()
+    msg = dec.decode(body)
+    if msg["k"] == "ready":
+        idle.append(peer)
+    elif msg["k"] == "req":
+        waiting.append((peer, msg))
+    else:
+        idle.append(peer)
+        pump.send([msg["to"], enc.encode({"k": "rep", "id": msg["id"], "v": msg["v"]})])
+    while idle and waiting:
+        client, req = waiting.popleft()
+        pump.send([idle.popleft(), enc.encode({"k": "work", "to": client, "id": req["id"], "p": req["p"]})])
+"""
+
+RAW_WORKER_IO = IO_PUMP + r"""
+import sys, msgspec
+enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.connect(sys.argv[1])
+pump = Pump(s)
+pump.send([enc.encode({"k": "ready"})])
+while True:
+    msg = dec.decode(pump.inbox.get()[0])
+    pump.send([enc.encode({"k": "done", "to": msg["to"], "id": msg["id"], "v": {"correct": False}})])
+"""
+
 ENC, DEC = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
+_pump_namespace: dict[str, Any] = {}
+exec(IO_PUMP, _pump_namespace)   # the client side's pump, the same code as the subprocesses'
+Pump = _pump_namespace["Pump"]
 PAYLOAD = {"problem": PROBLEM, "candidate": INSTANT}
 
 
@@ -100,19 +172,27 @@ class RawSetup:
         self.dir = Path(tempfile.mkdtemp(prefix="raw-zmq-"))
         self.echo_addr = f"ipc://{self.dir}/echo"
         self.broker_addr = f"ipc://{self.dir}/broker"
+        self.broker_io_addr = f"ipc://{self.dir}/broker-io"
         self.procs = [subprocess.Popen([sys.executable, "-c", RAW_ECHO, self.echo_addr]),
-                      subprocess.Popen([sys.executable, "-c", RAW_BROKER, self.broker_addr])]
+                      subprocess.Popen([sys.executable, "-c", RAW_BROKER, self.broker_addr]),
+                      subprocess.Popen([sys.executable, "-c", RAW_BROKER_IO, self.broker_io_addr])]
         self.procs += [subprocess.Popen([sys.executable, "-c", RAW_WORKER, self.broker_addr]) for _ in range(workers)]
+        self.procs += [subprocess.Popen([sys.executable, "-c", RAW_WORKER_IO, self.broker_io_addr])
+                       for _ in range(workers)]
         self.ctx = zmq.Context()
         self.echo = self.ctx.socket(zmq.DEALER)
         self.echo.connect(self.echo_addr)
         self.broker = self.ctx.socket(zmq.DEALER)
         self.broker.connect(self.broker_addr)
+        io_sock = self.ctx.socket(zmq.DEALER)
+        io_sock.connect(self.broker_io_addr)
+        self.broker_io = Pump(io_sock)
         self.ids = 0
         time.sleep(1.0)
-        for _ in range(200):            # warm both paths
+        for _ in range(200):            # warm every path
             self.echo_rtt()
             self.broker_rtt()
+            self.broker_io_rtt()
 
     def echo_rtt(self) -> float:
         t = time.perf_counter()
@@ -125,6 +205,14 @@ class RawSetup:
         t = time.perf_counter()
         self.broker.send(ENC.encode({"k": "req", "id": self.ids, "p": PAYLOAD}))
         DEC.decode(self.broker.recv())
+        return time.perf_counter() - t
+
+    def broker_io_rtt(self) -> float:
+        """The broker path with I/O threads in client, broker and worker (see IO_PUMP)."""
+        self.ids += 1
+        t = time.perf_counter()
+        self.broker_io.send([ENC.encode({"k": "req", "id": self.ids, "p": PAYLOAD})])
+        DEC.decode(self.broker_io.inbox.get(timeout=10)[0])
         return time.perf_counter() - t
 
     def broker_throughput(self, total: int, window: int) -> float:
@@ -167,7 +255,8 @@ def spec_throughput(cluster: LocalCluster, total: int, window: int, make: Callab
 
 def bench_rtt_and_throughput(rounds: int, n: int, total: int, window: int) -> dict[str, Any]:
     raw = RawSetup(workers=2)
-    results: dict[str, list[float]] = {"raw_echo": [], "raw_broker": [], "specgen_ping": [], "specgen_evaluate": []}
+    results: dict[str, list[float]] = {"raw_echo": [], "raw_broker": [], "raw_broker_io_threads": [],
+                                       "specgen_ping": [], "specgen_evaluate": []}
     tput: dict[str, list[float]] = {"raw_broker_requests": [], "specgen_evaluate_requests": [], "specgen_pings": []}
     try:
         with LocalCluster(workers=2, evaluator="replay") as cluster:
@@ -180,6 +269,7 @@ def bench_rtt_and_throughput(rounds: int, n: int, total: int, window: int) -> di
                 results["raw_echo"] += [raw.echo_rtt() for _ in range(n)]
                 results["specgen_ping"] += [cluster.client.ping() for _ in range(n)]
                 results["raw_broker"] += [raw.broker_rtt() for _ in range(n)]
+                results["raw_broker_io_threads"] += [raw.broker_io_rtt() for _ in range(n)]
                 results["specgen_evaluate"] += [spec_evaluate_rtt(cluster) for _ in range(n)]
                 tput["raw_broker_requests"].append(raw.broker_throughput(total, window))
                 tput["specgen_evaluate_requests"].append(spec_throughput(
@@ -267,9 +357,14 @@ def main() -> int:
         print(f"  {k:18s} {v['median_us']:8.0f} {v['p90_us']:8.0f} {v['p99_us']:8.0f}")
     ratio = rtt["specgen_evaluate"]["median_us"] / rtt["raw_broker"]["median_us"]
     ratio_ping = rtt["specgen_ping"]["median_us"] / rtt["raw_echo"]["median_us"]
+    ratio_io = rtt["specgen_evaluate"]["median_us"] / rtt["raw_broker_io_threads"]["median_us"]
+    design = rtt["raw_broker_io_threads"]["median_us"] / rtt["raw_broker"]["median_us"]
     report["ratios"] = {"evaluate_vs_raw_broker": ratio, "ping_vs_raw_echo": ratio_ping,
+                        "evaluate_vs_raw_broker_io_threads": ratio_io, "raw_io_threads_vs_raw_broker": design,
                         "evaluate_vs_raw_echo": rtt["specgen_evaluate"]["median_us"] / rtt["raw_echo"]["median_us"]}
     print(f"  specgen evaluate / raw broker: {ratio:.2f}x; specgen ping / raw echo: {ratio_ping:.2f}x")
+    print(f"  raw broker with I/O threads / raw broker: {design:.2f}x; "
+          f"specgen evaluate / raw broker with I/O threads: {ratio_io:.2f}x")
     print(f"\nthroughput, {args.window} in flight (median of {args.rounds} rounds)")
     for k, v in thr.items():
         extra = v.get("scheduler_messages_per_s") or v.get("broker_messages_per_s")
