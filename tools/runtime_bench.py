@@ -57,14 +57,14 @@ while True:
 """
 
 # A minimal broker: workers and clients share one ROUTER; every hop decodes and re-encodes msgpack,
-# as specgen's does (without typing, journal, priority queues or heartbeats).
-RAW_BROKER = r"""
-import collections, sys, zmq, msgspec
+# as specgen's does (without typing, journal, priority queues or heartbeats). Frames move through
+# `recv()` and `send(frames)`, defined by what precedes the loop (the socket itself, or an I/O pump).
+BROKER_LOOP = r"""
+import collections, sys, msgspec
 enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
-ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
 idle, waiting = collections.deque(), collections.deque()
 while True:
-    peer, body = s.recv_multipart()
+    peer, body = recv()
     msg = dec.decode(body)
     if msg["k"] == "ready":
         idle.append(peer)
@@ -72,11 +72,17 @@ while True:
         waiting.append((peer, msg))
     else:
         idle.append(peer)
-        s.send_multipart([msg["to"], enc.encode({"k": "rep", "id": msg["id"], "v": msg["v"]})])
+        send([msg["to"], enc.encode({"k": "rep", "id": msg["id"], "v": msg["v"]})])
     while idle and waiting:
         client, req = waiting.popleft()
-        s.send_multipart([idle.popleft(), enc.encode({"k": "work", "to": client, "id": req["id"], "p": req["p"]})])
+        send([idle.popleft(), enc.encode({"k": "work", "to": client, "id": req["id"], "p": req["p"]})])
 """
+
+RAW_BROKER = r"""
+import sys, zmq
+ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
+recv, send = s.recv_multipart, s.send_multipart
+""" + BROKER_LOOP
 
 RAW_WORKER = r"""
 import sys, zmq, msgspec
@@ -124,25 +130,11 @@ class Pump:
 """
 
 RAW_BROKER_IO = IO_PUMP + r"""
-import sys, msgspec
-enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
+import sys
 ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
 pump = Pump(s)
-idle, waiting = collections.deque(), collections.deque()
-while True:
-    peer, body = pump.inbox.get()
-    msg = dec.decode(body)
-    if msg["k"] == "ready":
-        idle.append(peer)
-    elif msg["k"] == "req":
-        waiting.append((peer, msg))
-    else:
-        idle.append(peer)
-        pump.send([msg["to"], enc.encode({"k": "rep", "id": msg["id"], "v": msg["v"]})])
-    while idle and waiting:
-        client, req = waiting.popleft()
-        pump.send([idle.popleft(), enc.encode({"k": "work", "to": client, "id": req["id"], "p": req["p"]})])
-"""
+recv, send = pump.inbox.get, pump.send
+""" + BROKER_LOOP
 
 RAW_WORKER_IO = IO_PUMP + r"""
 import sys, msgspec
