@@ -106,16 +106,6 @@ PYBIND11_MODULE(_kv_transfer, m) {
           py::arg("to_pool"), py::arg("blocks"), py::arg("slots"), py::arg("stream") = 0, py::arg("after") = py::none(),
           py::arg("method") = Method::Auto)
       .def(
-          "copy_wait",
-          [](Transfer& t, bool to_pool, const Int64Array& blocks, const Int64Array& slots, uint64_t stream,
-             Method method, double timeout_s) {
-            check_same_length(blocks, slots, "copy_wait");
-            py::gil_scoped_release release;  // it spins until the copy is done
-            t.copy_wait(to_pool, blocks.data(), slots.data(), blocks.shape(0), stream, method, timeout_s);
-          },
-          py::arg("to_pool"), py::arg("blocks"), py::arg("slots"), py::arg("stream") = 0,
-          py::arg("method") = Method::Auto, py::arg("timeout_s") = -1.0)
-      .def(
           "move_slots",
           [](Transfer& t, const Int64Array& from, const Int64Array& to, uint64_t stream) {
             check_same_length(from, to, "move_slots");

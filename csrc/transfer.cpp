@@ -169,36 +169,6 @@ void Transfer::piece_lists(bool to_pool, const int64_t* blocks, const int64_t* s
   }
 }
 
-uint64_t Transfer::submit_persistent(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
-                                     bool ordered_after_stream) const {
-  KV_CHECK(persistent_ != nullptr, "method persistent: start the persistent copier first (start_persistent)");
-  KV_CHECK(!ordered_after_stream, "method persistent: the persistent copier is not ordered with streams, so it cannot "
-                                  "wait for `after`; use the kernel method for stream-ordered copies");
-  KV_CHECK(n <= cuda_ops::kPersistentMaxBlocks, "method persistent takes at most " +
-                                                    std::to_string(cuda_ops::kPersistentMaxBlocks) +
-                                                    " blocks per request, got " + std::to_string(n) +
-                                                    "; use the kernel method");
-  int32_t b[cuda_ops::kPersistentMaxBlocks], s[cuda_ops::kPersistentMaxBlocks];
-  for (int64_t i = 0; i < n; ++i) {
-    b[i] = static_cast<int32_t>(blocks[i]);
-    s[i] = static_cast<int32_t>(slots[i]);
-  }
-  return cuda_ops::persistent_submit(*persistent_, to_pool, b, s, static_cast<int>(n));
-}
-
-void Transfer::copy_wait(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n, uint64_t stream,
-                         Method method, double timeout_s) {
-  if (device_ >= 0 && method == Method::Persistent) {
-    check_pairs(blocks, slots, n);
-    // Our own reference: a stop_persistent() from another thread cannot free the ring we spin on.
-    const std::shared_ptr<cuda_ops::PersistentCopier> copier = persistent_;
-    const uint64_t seq = submit_persistent(to_pool, blocks, slots, n, false);
-    cuda_ops::persistent_wait(*copier, seq, timeout_s);
-    return;
-  }
-  copy(to_pool, blocks, slots, n, stream, std::nullopt, method)->wait(timeout_s);
-}
-
 std::shared_ptr<CopyEvent> Transfer::copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
                                           uint64_t stream, std::optional<uint64_t> after, Method method) {
   check_pairs(blocks, slots, n);
@@ -208,7 +178,11 @@ std::shared_ptr<CopyEvent> Transfer::copy(bool to_pool, const int64_t* blocks, c
     return std::make_shared<CopyEvent>();
   }
   if (method == Method::Persistent) {
-    const uint64_t seq = submit_persistent(to_pool, blocks, slots, n, after.has_value());
+    KV_CHECK(persistent_ != nullptr, "method persistent: start the persistent copier first (start_persistent)");
+    KV_CHECK(!after.has_value(), "method persistent: the persistent copier is not ordered with streams, so it cannot "
+                                 "wait for `after`; use the kernel method for stream-ordered copies");
+    std::vector<int32_t> b(blocks, blocks + n), s(slots, slots + n);
+    const uint64_t seq = cuda_ops::persistent_submit(*persistent_, to_pool, b.data(), s.data(), static_cast<int>(n));
     return std::make_shared<CopyEvent>(persistent_, seq);
   }
   if (after.has_value()) cuda_ops::stream_wait_stream(device_, stream, *after);

@@ -52,11 +52,6 @@ class Transfer {
   // Copy n blocks: engine block blocks[i] <-> pool slot slots[i] (to_pool: engine -> pool).
   std::shared_ptr<CopyEvent> copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
                                   uint64_t stream, std::optional<uint64_t> after, Method method);
-  // copy(), then wait for it (timeout_s >= 0 raises after that long): one call, no event object,
-  // for latency-bound fetches of a few blocks (with Method::Persistent, nothing but the request
-  // ring and the spin on its completion word).
-  void copy_wait(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n, uint64_t stream, Method method,
-                 double timeout_s);
   // Copy whole pool slots from[i] -> to[i] (used to move blocks out of a shrinking segment).
   std::shared_ptr<CopyEvent> move_slots(const int64_t* from, const int64_t* to, int64_t n, uint64_t stream);
 
@@ -88,8 +83,6 @@ class Transfer {
 
  private:
   void check_pairs(const int64_t* blocks, const int64_t* slots, int64_t n) const;
-  uint64_t submit_persistent(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
-                             bool ordered_after_stream) const;
   uint64_t slot_address(int64_t slot) const;
   void host_copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n) const;
   void piece_lists(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n, std::vector<uint64_t>& dsts,

@@ -307,13 +307,6 @@ class Bench:
                         return op(b, s, method="persistent")
 
                     entry.update(self._e2e(persistent, picks, "persistent", timing=(transfer, cycles, nanos)))
-                    # The one-call form (load_wait / store_wait): submit and spin in the extension.
-                    op_wait = transfer.load_wait if direction == "load" else transfer.store_wait
-
-                    def persistent_wait(b: Any, s: Any) -> None:
-                        op_wait(b, s, method="persistent")
-
-                    entry.update(self._e2e(persistent_wait, picks, "persistent_wait", returns_event=False))
                     entry["persistent_launches"] = transfer.persistent_launches()
                     transfer.stop_persistent()
                     entry["persistent_gpu_us_median_globaltimer"] = statistics.median(nanos) / 1000.0
@@ -323,32 +316,21 @@ class Bench:
                     line += (f", kernel end to end {entry['kernel_e2e_us_median']:.2f} us; persistent GPU "
                              f"{entry['persistent_gpu_us_median_globaltimer']:.2f} us (global timer, request seen -> done), "
                              f"end to end {entry['persistent_e2e_us_median']:.2f} us "
-                             f"(p10 {entry['persistent_e2e_us_p10']:.2f}, p90 {entry['persistent_e2e_us_p90']:.2f}); "
-                             f"{direction}_wait end to end {entry['persistent_wait_e2e_us_median']:.2f} us "
-                             f"(p10 {entry['persistent_wait_e2e_us_p10']:.2f}, "
-                             f"p90 {entry['persistent_wait_e2e_us_p90']:.2f})")
+                             f"(p10 {entry['persistent_e2e_us_p10']:.2f}, p90 {entry['persistent_e2e_us_p90']:.2f})")
                 print(line, flush=True)
             del pool, transfer
         self.results["latency"] = out
 
     def _e2e(self, call: Callable[[Any, Any], Any], picks: list[Any], name: str,
-             timing: tuple[Any, list[int], list[int]] | None = None,
-             returns_event: bool = True) -> dict[str, float]:
-        """Wall time from the Python call until its completion event reports done (no device-wide
-        sync); with returns_event=False the call itself returns when the copy is done."""
-        def run(b: Any, s: Any) -> None:
-            if returns_event:
-                call(b, s).wait(timeout_s=10)
-            else:
-                call(b, s)
-
+             timing: tuple[Any, list[int], list[int]] | None = None) -> dict[str, float]:
+        """Wall time from the Python call until its completion event reports done (no device-wide sync)."""
         for i in range(200):
-            run(*picks[i % len(picks)])
+            call(*picks[i % len(picks)]).wait(timeout_s=10)
         walls = []
         for i in range(self.args.latency_reps):
             b, s = picks[i % len(picks)]
             t0 = time.perf_counter_ns()
-            run(b, s)
+            call(b, s).wait(timeout_s=10)
             walls.append((time.perf_counter_ns() - t0) / 1000.0)
             if timing is not None:
                 cycles, nanos = timing[0].persistent_last_timing()
@@ -552,10 +534,7 @@ class Bench:
                 g = entry["persistent_gpu_us_median_globaltimer"]
                 checks.append((f"1 x 64K {direction} GPU time (persistent)", f"{g:.2f} us", "< 4 us", g < 4))
                 e = entry["persistent_e2e_us_median"]
-                checks.append((f"1 x 64K {direction} end to end (persistent, event)", f"{e:.2f} us", "< 10 us", e < 10))
-                e = entry["persistent_wait_e2e_us_median"]
-                checks.append((f"1 x 64K {direction} end to end (persistent, {direction}_wait)", f"{e:.2f} us",
-                               "< 10 us", e < 10))
+                checks.append((f"1 x 64K {direction} end to end (persistent)", f"{e:.2f} us", "< 10 us", e < 10))
         for r in self.results.get("prefill", []):
             if r["tokens"] == 8192:
                 checks.append(("8K-token prefix fetch vs prefill (GPU)", f"{r['speedup_gpu']:.0f}x", ">= 50x",

@@ -4,7 +4,7 @@
 blocks into pool slots, `load` copies pool slots into engine blocks; both are queued on the caller's
 CUDA stream (as an integer handle, e.g. `torch.cuda.current_stream().cuda_stream`), optionally after
 the work already queued on another stream (the engine's compute stream), and return a `CopyEvent`
-(`done()`, `wait()`); `load_wait`/`store_wait` copy and wait in one call. On host memory (layout.device == -1) they copy with memcpy and return an event
+(`done()`, `wait()`). On host memory (layout.device == -1) they copy with memcpy and return an event
 that is already complete.
 
 Methods: "kernel" (an SM kernel reading/writing peer memory directly), "batch" (copy engines through
@@ -55,7 +55,6 @@ class KvTransfer:
         self._transfer = ext.Transfer(layout.device, regions, layout.num_blocks, layout.slot_bytes,
                                       int(slots_per_segment), int(max_segments))
         self._copy = self._transfer.copy
-        self._copy_wait = self._transfer.copy_wait
 
     @property
     def slots_per_segment(self) -> int:
@@ -123,19 +122,6 @@ class KvTransfer:
              stream: int = 0, after: int | None = None, method: str = "auto") -> Any:
         """Copy pool slots[i] into engine blocks[i]; returns a CopyEvent."""
         return self._copy(False, _indices(blocks), _indices(slots), stream, after, _method(method))
-
-    def store_wait(self, blocks: np.ndarray | Sequence[int], slots: np.ndarray | Sequence[int], *,
-                   stream: int = 0, method: str = "auto", timeout_s: float = 10.0) -> None:
-        """`store`, returning once the copy is done (see `load_wait`)."""
-        self._copy_wait(True, _indices(blocks), _indices(slots), stream, _method(method), float(timeout_s))
-
-    def load_wait(self, blocks: np.ndarray | Sequence[int], slots: np.ndarray | Sequence[int], *,
-                  stream: int = 0, method: str = "auto", timeout_s: float = 10.0) -> None:
-        """`load`, returning once the copy is done: one call into the extension, which submits and
-        spins on the completion without the GIL and without an event object. With
-        method="persistent" this is the lowest-latency fetch of a few blocks. Raises after
-        `timeout_s` if the copy is not done."""
-        self._copy_wait(False, _indices(blocks), _indices(slots), stream, _method(method), float(timeout_s))
 
     def move_slots(self, src_slots: np.ndarray | Sequence[int], dst_slots: np.ndarray | Sequence[int], *,
                    stream: int = 0) -> Any:

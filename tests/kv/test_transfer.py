@@ -50,16 +50,6 @@ def _roundtrip(kind: str, cache_device: str, pool_device: str, method: str, num_
     for t_block, b in zip(targets, blocks):
         assert torch.equal(views.block(int(t_block)), before[int(b)]), f"block {t_block} != stored block {b}"
 
-    # The same through the one-call forms, which return once the copy is done.
-    for t in tensors:
-        t.zero_()
-    synchronize_all()
-    transfer.load_wait(blocks, slots, stream=stream, method=method)
-    for b in blocks:
-        assert torch.equal(views.block(int(b)), before[int(b)]), f"load_wait: block {b}"
-    transfer.store_wait(targets[:1], slots[:1], stream=stream, method=method)
-    assert torch.equal(views.slot(segments, sps, int(slots[0])), views.block(int(targets[0])))
-
 
 @pytest.mark.parametrize("kind", ["flash033", "split", "cpu032", "unaligned"])
 def test_host_roundtrip_every_layout(kind: str) -> None:
@@ -193,8 +183,6 @@ def _persistent_cycle(pool_device: str) -> None:
         transfer.load([0], [0], method="persistent", after=torch.cuda.current_stream(0).cuda_stream)
     with pytest.raises(error, match="at most 14 blocks"):
         transfer.load(list(range(15)), list(range(15)), method="persistent")
-    with pytest.raises(error, match="at most 14 blocks"):
-        transfer.load_wait(list(range(15)), list(range(15)), method="persistent")
     # A segment added while the copier runs is used by later requests.
     transfer.set_segment(1, segments[1].data_ptr())
     rng = np.random.default_rng(3)
@@ -213,13 +201,6 @@ def _persistent_cycle(pool_device: str) -> None:
         transfer.load(targets, slots, method="persistent").wait(timeout_s=10)
         for t, b in zip(targets, blocks):
             assert torch.equal(views.block(int(t)), views.block(int(b)))
-        # The one-call form: returned means done.
-        for layer in tensors:
-            layer[torch.as_tensor(targets, device=layer.device)] = 0
-        synchronize_all()
-        transfer.load_wait(targets, slots, method="persistent", timeout_s=10)
-        for t, b in zip(targets, blocks):
-            assert torch.equal(views.block(int(t)), views.block(int(b))), f"load_wait round {round_}"
     cycles, ns = transfer.persistent_last_timing()
     assert cycles == 0 and ns > 0
     # Idle, the kernel leaves the GPU: device-wide synchronization returns, and the next request
