@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 # Bumped on any incompatible change to a struct below; peers refuse a different version.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -426,6 +426,7 @@ class Heartbeat(_Wire):
 class HeartbeatAck(_Wire):
     KIND: ClassVar[int] = 4
     scheduler_id: str                       # a peer that sees a new id says Hello again
+    acked: list[int] = []                   # worker: call_ids of results committed since (see WorkDone)
 
 
 class ErrorReply(_Wire):
@@ -612,6 +613,7 @@ class AssignWork(_Wire):
     request_id: str                         # unique per attempt
     stage: str                              # "validate" | "profile" | "full"
     submission: CandidateSubmission
+    acked: list[int] = []                   # call_ids of this worker's results committed since (see WorkDone)
 
 
 class WorkDone(_Wire):
@@ -620,7 +622,8 @@ class WorkDone(_Wire):
     KIND: ClassVar[int] = 31
     request_id: str
     update: CandidateUpdate
-    call_id: int = 0                        # the scheduler acks it; unacked results are re-sent
+    call_id: int = 0                        # acked in the next AssignWork or HeartbeatAck (no message of
+                                            # its own); the worker re-sends unacked results after a restart
 
 
 class CancelWork(_Wire):

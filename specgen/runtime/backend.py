@@ -61,7 +61,7 @@ class SchedulerEvaluationBackend:
             if self._buffer:
                 self._event.set()
 
-    # -- I/O thread -----------------------------------------------------------------------
+    # -- whichever thread drives the connection ------------------------------------------
     def _job_ids(self) -> list[str]:
         return sorted(self._jobs)
 

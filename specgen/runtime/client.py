@@ -8,12 +8,14 @@
         print(job.result())
         verdict = client.evaluate(problem_src, candidate_src, stage="full")
 
-The client is thread-safe; replies and events are handled on its I/O thread. After a scheduler
+The client is thread-safe; a thread waiting for a reply receives it itself, and events are
+handled by whichever thread drives the connection (runtime/transport.py). After a scheduler
 restart it registers again, re-sends unanswered requests, and re-subscribes its jobs from the last
 event it saw, so an event stream neither skips nor repeats an event.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import socket
@@ -111,6 +113,9 @@ class Client:
         self._jobs: dict[str, Job] = {}
         self._sinks: list[tuple[UpdateSink, Callable[[], list[str]]]] = []
         self._lock = threading.Lock()
+        # Ids of one-off evaluations: unique per client without a random draw per call.
+        self._inline_prefix = f"inline-{uuid.uuid4().hex[:8]}-"
+        self._inline_ids = itertools.count(1)
         self.conn = PeerConnection(
             address, role, name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
             self.settings, keys, on_message=self._on_message, on_reconnect=self._on_reconnect)
@@ -130,7 +135,7 @@ class Client:
     def close(self) -> None:
         self.conn.close()
 
-    # -- I/O thread -----------------------------------------------------------------------
+    # -- whichever thread drives the connection ------------------------------------------
     def _on_message(self, msg: _Wire) -> None:
         if isinstance(msg, CandidateUpdateNotice):
             for sink, _ in list(self._sinks):
@@ -142,7 +147,7 @@ class Client:
 
     def _on_reconnect(self) -> None:
         # A restarted scheduler: pick every stream up where it stopped. Sent without waiting
-        # (this runs on the I/O thread, which must not block on its own replies).
+        # (this runs on the thread driving the connection, which must not wait on its own replies).
         for job in list(self._jobs.values()):
             if not job.done():
                 self.conn.call(SubscribeJob(call_id=0, job_id=job.job_id, after_seq=job.last_seq))
@@ -184,7 +189,8 @@ class Client:
         call_timeout_s."""
         if stage not in ("validate", "profile", "full"):
             raise UsageError(f"stage must be validate, profile or full, not {stage!r}")
-        sub = CandidateSubmission(job_id="", candidate_id=uuid.uuid4().hex[:12], problem_name=problem_name,
+        sub = CandidateSubmission(job_id="", candidate_id=f"{self._inline_prefix}{next(self._inline_ids)}",
+                                  problem_name=problem_name,
                                   problem_source=problem_source, candidate_source=candidate_source,
                                   origin="inline", extracted_at=time.time())
         reply = self._request(EvaluateRequest(call_id=0, submission=sub, stage=stage), timeout)

@@ -1,12 +1,14 @@
 """The scheduler actor process: one ROUTER socket, the scheduler core, the jobs' reasoners.
 
-Threads: the I/O thread (SocketPump) decodes incoming frames into a queue and sends what the
-loop produced; malformed frames are answered with an ErrorReply right there, so they never reach
-the loop. The main thread runs the loop: take a batch of messages, feed them to the core, run the
-timers, assign work, commit the journal, and only then send the batch's replies. Reasoner
-processes are started and stopped here, watched by monitor threads. With the setting
-`kv_control_bind`, a second ROUTER (its own I/O thread) takes remote KV pools' stats into the same
-queue and sends them the resize requests the core decides (runtime/kv_steward.py).
+The main thread runs the loop and alone touches the sockets: wait until one is readable, take a
+batch of messages (malformed frames are answered with an ErrorReply there and never reach the
+core), feed them to the core, run the timers, assign work, commit the journal, and only then send
+the batch's replies. ZeroMQ's own I/O threads do the network I/O, so the loop never blocks on a
+peer, and it is never busy for long (a decision takes microseconds), so no Python I/O thread stands
+between it and its peers (see runtime/transport.py). Reasoner processes are started and stopped
+here, watched by monitor threads that post their exits to an inbox and wake the loop through an
+eventfd. With the setting `kv_control_bind`, a second ROUTER takes remote KV pools' stats and sends
+them the resize requests the core decides (runtime/kv_steward.py).
 
 Run as `specgen serve --bind tcp://127.0.0.1:PORT` or `python -m specgen.runtime.scheduler`.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import queue
 import signal
@@ -37,7 +40,7 @@ from specgen.runtime.journal import Journal
 from specgen.runtime.process import ChildProcess, log_tail
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
-from specgen.runtime.transport import SocketPump, configure, new_context
+from specgen.runtime.transport import NOBLOCK, POLLIN, configure, new_context, recv_frame, send_frames
 
 log = logging.getLogger("specgen.scheduler")
 
@@ -57,7 +60,8 @@ class SchedulerActor:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(state_dir / "journal.sqlite3")
         self.core = SchedulerCore(settings, self.journal)
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()   # from other threads; see `post`
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.reasoners: dict[str, ChildProcess] = {}
         self._stopping = False
         self.rejected = 0
@@ -83,13 +87,11 @@ class SchedulerActor:
         self.address = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         # Children (reasoners) connect over loopback even when the scheduler listens on all interfaces.
         self.local_address = self.address.replace("0.0.0.0", "127.0.0.1").replace("[::]", "[::1]")
-        self._burst: list = []
-        self.pump = SocketPump(sock, "scheduler", self._on_frames, on_send_error=self._on_send_error,
-                               on_burst_end=self._end_burst)
+        self.sock = sock
 
     def init_kv_control(self) -> None:
         """The remote KV pools' control channel (setting kv_control_bind; None leaves it off)."""
-        self.kv_pump: SocketPump | None = None
+        self.kv_sock: zmq.Socket | None = None
         self.kv_address = ""
         self.kv_rejected = 0
         self.kv_send_failures = 0
@@ -104,60 +106,87 @@ class SchedulerActor:
             sock.bind(bind)
         except zmq.ZMQError as exc:
             sock.close(0)
-            self.pump.stop()
+            self.sock.close(0)
             raise UsageError(f"cannot bind {bind} (setting kv_control_bind): {exc}") from None
         self.kv_address = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.core.kv_endpoint = self.kv_address
-        self.kv_pump = SocketPump(sock, "scheduler-kv", self._on_kv_frames, on_send_error=self._on_kv_send_error)
+        self.kv_sock = sock
 
-    # -- I/O threads ----------------------------------------------------------------------
-    def _on_kv_frames(self, frames: list[bytes]) -> None:
+    # -- sockets (the loop's thread only) -----------------------------------------------------
+    def _receive(self, now: float) -> None:
+        """Feed the core what arrived, up to a bounded batch so replies go out under a flood."""
+        sock, core = self.sock, self.core
+        limit = self.settings.max_message_bytes
+        for _ in range(1024):
+            try:
+                peer = recv_frame(sock, NOBLOCK)
+            except zmq.Again:
+                return
+            frames = [recv_frame(sock, 0)]    # a ROUTER hands over a message whole: no wait here
+            while sock.getsockopt(zmq.RCVMORE):
+                frames.append(recv_frame(sock, 0))
+            try:
+                msg = wire.decode(frames, limit)
+            except wire.WireError as exc:
+                self.rejected += 1
+                log.warning("refused a message from %r: %s", peer[:40], exc.message)
+                self._send([peer, *wire.encode(exc.reply())])
+            else:
+                core.handle(peer, msg, now)
+            if not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
+                return
+
+    def _receive_kv(self, now: float) -> None:
         # [pool identity, b"stats", msgpack KvPoolStats]; the channel has no error reply, so a bad
         # frame is counted and logged.
-        if len(frames) == 3 and frames[1] == STATS:
+        assert self.kv_sock is not None
+        for _ in range(1024):
             try:
-                stats = _kv_stats_decoder.decode(frames[2])
-            except msgspec.DecodeError as exc:
-                self.kv_rejected += 1
-                log.warning("KV control: bad stats from %r: %s", frames[0][:40], exc)
+                frames = self.kv_sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
                 return
-            self.inbox.put(("kv_stats", frames[0], stats))
-            return
-        self.kv_rejected += 1
-        log.warning("KV control: ignored a message of %d frames from %r (expected [b'stats', body])",
-                    len(frames), frames[0][:40])
+            if len(frames) == 3 and frames[1] == STATS:
+                try:
+                    stats = _kv_stats_decoder.decode(frames[2])
+                except msgspec.DecodeError as exc:
+                    self.kv_rejected += 1
+                    log.warning("KV control: bad stats from %r: %s", frames[0][:40], exc)
+                    continue
+                self.core.on_kv_stats(frames[0], stats, now)
+                continue
+            self.kv_rejected += 1
+            log.warning("KV control: ignored a message of %d frames from %r (expected [b'stats', body])",
+                        len(frames), frames[0][:40])
 
-    def _on_kv_send_error(self, frames: list, exc: zmq.ZMQError) -> None:
-        self.kv_send_failures += 1
-        identity = bytes(frames[0])
-        log.warning("KV control: pool %r unreachable (%s); the request is sent again when it reports",
-                    identity[:40], exc)
-        self.inbox.put(("kv_send_failed", identity))
-
-    def _on_frames(self, frames: list[bytes]) -> None:
-        peer = frames[0]
+    def _send(self, frames: list) -> None:
         try:
-            msg = wire.decode(frames[1:], self.settings.max_message_bytes)
-        except wire.WireError as exc:
-            self.rejected += 1
-            log.warning("refused a message from %r: %s", peer[:40], exc.message)
-            self.pump.send([peer, *wire.encode(exc.reply())])
-            return
-        self._burst.append((peer, msg))
+            send_frames(self.sock, frames)
+        except zmq.ZMQError:
+            # ROUTER_MANDATORY: EHOSTUNREACH, the peer is gone; EAGAIN, its queue is full (a
+            # subscriber not reading). Either way the peer's own recovery takes over.
+            self.send_failures += 1
 
-    def _end_burst(self) -> None:
-        # One hand-over per burst, not per message: under load the loop takes many at once.
-        if self._burst:
-            burst, self._burst = self._burst, []
-            self.inbox.put(burst)
+    def _send_kv(self, identity: bytes, frames: list) -> None:
+        assert self.kv_sock is not None
+        try:
+            send_frames(self.kv_sock, frames)
+        except zmq.ZMQError as exc:
+            self.kv_send_failures += 1
+            log.warning("KV control: pool %r unreachable (%s); the request is sent again when it reports",
+                        identity[:40], exc)
+            self.core.kv_send_failed(identity)
 
-    def _on_send_error(self, frames: list, exc: zmq.ZMQError) -> None:
-        # EHOSTUNREACH: the peer is gone; EAGAIN: its queue is full (a subscriber not reading).
-        self.send_failures += 1
+    def post(self, item: object) -> None:
+        """Hand an item to the loop from another thread (or a signal handler)."""
+        self.inbox.put(item)
+        try:
+            os.eventfd_write(self._wake_fd, 1)
+        except OSError:   # closed: the loop is gone
+            pass
 
     # -- reasoners ------------------------------------------------------------------------
     def _reasoner_exited(self, child: ChildProcess, code: int) -> None:
-        self.inbox.put(("exited", child, code))
+        self.post(("exited", child, code))
 
     def _start_reasoner(self, job_id: str) -> None:
         old = self.reasoners.pop(job_id, None)
@@ -181,12 +210,10 @@ class SchedulerActor:
 
     # -- main loop ------------------------------------------------------------------------
     def request_stop(self, *_: object) -> None:
-        self.inbox.put(_STOP)
+        self.post(_STOP)
 
     def run(self) -> None:
-        self.pump.start()
-        if self.kv_pump is not None:
-            self.kv_pump.start()
+        if self.kv_sock is not None:
             (self.state_dir / "kv_control_address").write_text(self.kv_address + "\n")
             log.info("KV pools' control channel on %s", self.kv_address)
         # Where it listens, for tools that bound an ephemeral port (tcp://127.0.0.1:*).
@@ -203,64 +230,68 @@ class SchedulerActor:
             log.exception("scheduler failed")
             dead = wire.encode(DeadNotice(name="scheduler", reason=f"{type(exc).__name__}: {exc}"))
             for peer in list(core.peers):
-                self.pump.send([peer, *dead])
+                self._send([peer, *dead])
             raise
 
     def _loop(self, next_tick: float) -> None:
         core = self.core
+        items = [(self.sock, POLLIN), (self._wake_fd, POLLIN)]
+        if self.kv_sock is not None:
+            items.append((self.kv_sock, POLLIN))
         running = True
         while running:
-            try:
-                first = self.inbox.get(timeout=max(0.0, next_tick - time.monotonic()))
-                batch = [first]
-            except queue.Empty:
-                batch = []
-            while len(batch) < 64:
-                try:
-                    batch.append(self.inbox.get_nowait())
-                except queue.Empty:
-                    break
+            timeout_ms = math.ceil((next_tick - time.monotonic()) * 1000)
+            events = dict(zmq.zmq_poll(items, max(0, timeout_ms)))
             now = time.monotonic()
-            for item in batch:
-                if type(item) is list:
-                    for peer, msg in item:
-                        core.handle(peer, msg, now)
-                elif item is _STOP:
-                    running = False
-                elif item[0] == "kv_stats":
-                    core.on_kv_stats(item[1], item[2], now)
-                elif item[0] == "kv_send_failed":
-                    core.kv_send_failed(item[1])
-                elif item[0] == "exited":
-                    _, child, code = item
-                    job_id = child.name.removeprefix("reasoner-")
-                    if self.reasoners.get(job_id) is child:
-                        del self.reasoners[job_id]
-                        if not child.stopping:
-                            core.reasoner_exited(job_id, code, log_tail(child.log_path), now)
+            if self.sock in events:
+                self._receive(now)
+            if self.kv_sock is not None and self.kv_sock in events:
+                self._receive_kv(now)
+            if self._wake_fd in events:
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+                running = self._handle_inbox(now)
             if now >= next_tick:
                 core.tick(now)
                 next_tick = now + _TICK_S
             core.schedule(now)
             self._flush()
 
+    def _handle_inbox(self, now: float) -> bool:
+        """Items other threads posted; False once a stop was asked for."""
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return True
+            if item is _STOP:
+                return False
+            _, child, code = item   # ("exited", child, code)
+            job_id = child.name.removeprefix("reasoner-")
+            if self.reasoners.get(job_id) is child:
+                del self.reasoners[job_id]
+                if not child.stopping:
+                    self.core.reasoner_exited(job_id, code, log_tail(child.log_path), now)
+
     def _flush(self) -> None:
         """Commit, then send: a peer is never told something a restart could forget."""
         self.journal.commit()
         core = self.core
         if core.outbox:
-            send = self.pump.send
+            send = self._send
             encode = wire.encode
             for peer, msg in core.outbox:
                 send([peer, *encode(msg)])
             core.outbox.clear()
         if core.kv_outbox:
             requests, core.kv_outbox = core.kv_outbox, []
-            if self.kv_pump is not None:
+            if self.kv_sock is not None:
                 for identity, request in requests:
                     log.info("KV pool %s: resize to %s bytes (%s)", identity.decode(errors="replace"),
                              request.target_bytes, request.request_id)
-                    self.kv_pump.send([identity, RESIZE, _kv_encoder.encode(request)])
+                    self._send_kv(identity, [identity, RESIZE, _kv_encoder.encode(request)])
         if core.actions:
             actions, core.actions = core.actions, []
             for action, job_id in actions:
@@ -281,9 +312,11 @@ class SchedulerActor:
         for t in threads:
             t.join()
         self.journal.close()
-        self.pump.stop()
-        if self.kv_pump is not None:
-            self.kv_pump.stop()
+        self.sock.close(linger=200)
+        if self.kv_sock is not None:
+            self.kv_sock.close(linger=200)
+        fd, self._wake_fd = self._wake_fd, -1
+        os.close(fd)
         if self.gate is not None:
             self.gate.stop()
         self.ctx.term()

@@ -134,6 +134,7 @@ class SchedulerCore:
         self.jobs: dict[str, JobState] = {}
         self.running: dict[str, QueuedRequest] = {}    # request_id -> request
         self.direct: dict[Key, QueuedRequest] = {}     # one-off requests, queued or running
+        self.work_acks: dict[bytes, list[int]] = {}     # worker -> WorkDone call_ids not yet acked
         self.seq = itertools.count(1)
         self.request_ids = itertools.count(1)
         self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
@@ -282,7 +283,7 @@ class SchedulerCore:
     def on_heartbeat(self, peer: bytes, msg: Heartbeat, now: float) -> None:
         if msg.health:
             self.peers[peer].health = msg.health
-        self.reply(peer, HeartbeatAck(scheduler_id=self.scheduler_id))
+        self.reply(peer, HeartbeatAck(scheduler_id=self.scheduler_id, acked=self.work_acks.pop(peer, [])))
 
     def on_goodbye(self, peer: bytes, msg: Goodbye, now: float) -> None:
         self._peer_lost(peer, f"left: {msg.reason or 'goodbye'}", now)
@@ -297,6 +298,7 @@ class SchedulerCore:
 
     def _peer_lost(self, peer: bytes, reason: str, now: float) -> None:
         known = self.peers.pop(peer, None)
+        self.work_acks.pop(peer, None)
         if known is not None:
             log.info("%s %s lost: %s", known.role, known.name, reason)
         w = self.workers.pop(peer, None)
@@ -441,7 +443,9 @@ class SchedulerCore:
         self._push(req, now)
 
     def on_work_done(self, peer: bytes, msg: WorkDone, now: float) -> None:
-        self.reply(peer, Ack(call_id=msg.call_id))
+        # Acknowledged in the next message to this worker (its next assignment, else its next
+        # heartbeat's ack), all sent after the commit: a result needs no message of its own.
+        self.work_acks.setdefault(peer, []).append(msg.call_id)
         upd = msg.update
         key = (upd.job_id, upd.candidate_id, upd.stage)
         w = self.workers.get(peer)
@@ -605,7 +609,8 @@ class SchedulerCore:
         req.started_at = wall
         w.busy, w.busy_since = req, now
         self.running[req.request_id] = req
-        self.reply(w.peer, AssignWork(request_id=req.request_id, stage=req.stage, submission=req.submission))
+        self.reply(w.peer, AssignWork(request_id=req.request_id, stage=req.stage, submission=req.submission,
+                                      acked=self.work_acks.pop(w.peer, [])))
 
     # -- remote KV pools ----------------------------------------------------------------------
     def on_kv_stats(self, identity: bytes, stats: KvPoolStats, now: float) -> None:

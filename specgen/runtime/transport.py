@@ -1,13 +1,23 @@
 """Socket plumbing shared by every actor.
 
-`SocketPump` is the I/O thread: it alone touches its socket, hands received frames to a callback
-and sends what any thread queued with `send` (woken through an eventfd), so an actor's busy loop
-never blocks on a socket and a socket is never used from two threads.
+ZeroMQ already does each socket's I/O on its own background threads (C++, no GIL): a NOBLOCK send or
+receive only moves a message in or out of an in-memory pipe. So no actor needs a Python I/O thread
+to keep its loop off the network; what one costs is a hand-over between threads per message, which
+on a small machine is a thread wake-up each way and dominates a round trip (BENCHMARKS.md). Threads
+touch a socket only where a loop can be busy for long.
 
 `PeerConnection` is the DEALER side every non-scheduler actor uses: Hello/Welcome handshake with a
-timeout, heartbeats from the I/O thread (so they flow while the actor computes), `call_id ->
-Future` requests, re-registration and re-sending of unanswered requests when the scheduler
-restarts, and a clear error when the scheduler refuses our CURVE key.
+timeout, heartbeats, `call_id -> Future` requests, re-registration and re-sending of unanswered
+requests when the scheduler restarts, and a clear error when the scheduler refuses our CURVE key.
+Its socket is driven by whichever thread waits on it (leader/followers): a thread waiting for a
+reply, or a worker waiting for its next task, polls the socket itself and dispatches what arrives,
+so a reply reaches the waiting thread with no hand-over. A keeper thread takes the socket over when
+no thread has driven it for `KEEPER_TAKEOVER_S` (a worker evaluating, a client whose caller waits
+on an event queue) and keeps heartbeats, cancels and events flowing; it hands the socket back as
+soon as a thread wants to wait on it. Whoever leads is the only thread touching the socket; others
+queue what they send for the leader (woken through an eventfd).
+
+`SocketPump` is a plain I/O thread for a socket nobody waits on (a node's worker notices).
 """
 from __future__ import annotations
 
@@ -15,6 +25,7 @@ import collections
 import concurrent.futures
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -33,6 +44,24 @@ from specgen.runtime.auth import ClientKeys, apply_client_keys
 from specgen.runtime.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
+
+
+# zmq.POLLIN as a plain int: `&` with the enum member builds a new enum object each time.
+POLLIN = int(zmq.POLLIN)
+# The Cython socket's own send and recv: pyzmq's Python wrappers (send_multipart, the sugar
+# Socket.send) cost as much again per call, and a round trip makes a dozen of them.
+recv_frame = zmq.backend.Socket.recv
+_send_frame = zmq.backend.Socket.send
+NOBLOCK = int(zmq.NOBLOCK)
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+
+
+def send_frames(sock: zmq.Socket, frames: list) -> None:
+    """Send one message without blocking; raises zmq.ZMQError (Again at the high-water mark,
+    EHOSTUNREACH for an unknown peer on a ROUTER_MANDATORY socket)."""
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        _send_frame(sock, frame, _MORE_NOBLOCK if i < last else NOBLOCK)
 
 
 class RuntimeFailure(SpecgenError):
@@ -219,6 +248,25 @@ def configure(sock: zmq.Socket, settings: RuntimeSettings) -> None:
     sock.setsockopt(zmq.MAXMSGSIZE, 2 * settings.max_message_bytes + 65536)
 
 
+KEEPER_TAKEOVER_S = 0.02   # a socket no thread drove for this long is taken over by the keeper
+
+
+class _Reply(concurrent.futures.Future):
+    """A request's Future: waiting on it drives the connection from the waiting thread."""
+
+    def __init__(self, conn: "PeerConnection") -> None:
+        super().__init__()
+        self._conn = conn
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._conn.drive(self.done, timeout)
+        return super().result(0 if not self.done() else None)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._conn.drive(self.done, timeout)
+        return super().exception(0 if not self.done() else None)
+
+
 class PeerConnection:
     """A DEALER connection to the scheduler for one actor (client, worker, node, reasoner)."""
 
@@ -260,6 +308,8 @@ class PeerConnection:
         self.auth_error: str | None = None
         self.scheduler_failure: str | None = None
         self.handshake_failures = 0
+        self.sent = 0
+        self.received = 0
         self._closed = False
         sock = self.ctx.socket(zmq.DEALER)
         configure(sock, settings)
@@ -270,62 +320,100 @@ class PeerConnection:
             apply_client_keys(sock, keys)
         self._keys = keys
         sock.connect(address)
-        self.pump = SocketPump(
-            sock, f"{role}-{name}", self._on_frames, on_tick=self._tick,
-            tick_interval_s=settings.heartbeat_interval_s,
-            on_monitor=self._on_monitor if keys is not None else None,
-        )
+        self._sock = sock
+        self._monitor = sock.get_monitor_socket() if keys is not None else None
+        # Leadership: `_leader` is the ident of the one thread that may touch the socket (None:
+        # free). `_waiting` counts threads waiting to lead, `_out` holds frames others queued.
+        self._cv = threading.Condition(threading.Lock())
+        self._leader: int | None = None
+        self._keeper_leads = False
+        self._waiting = 0
+        self._released_at = time.monotonic()
+        self._out: collections.deque[list[bytes]] = collections.deque()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._signalled = False
+        self._next_tick = 0.0
+        self._poll_items = [(sock, POLLIN), (self._wake_fd, POLLIN)]
+        if self._monitor is not None:
+            self._poll_items.append((self._monitor, POLLIN))
+        self._keeper = threading.Thread(target=self._keep, name=f"keeper-{role}-{name}", daemon=True)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> "PeerConnection":
-        self.pump.start()
+        self._keeper.start()
         self._send_hello()
         return self
 
     def wait_welcome(self, timeout: float | None = None) -> Welcome:
         timeout = self.settings.connect_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while not self._welcomed.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
-            if self.auth_error:
-                raise AuthenticationFailed(self.auth_error)
-            if time.monotonic() >= deadline:
-                hint = (
-                    f"; {self.handshake_failures} CURVE handshakes failed: check that the server "
-                    "public key matches the scheduler's" if self.handshake_failures else ""
-                )
-                raise SchedulerUnreachable(
-                    f"no answer from the scheduler at {self.address} within {timeout:g} s "
-                    f"(setting connect_timeout_s){hint}; is `specgen serve` running there?"
-                )
+        self.drive(lambda: self._welcomed.is_set() or self.auth_error is not None, timeout)
+        if self.auth_error and not self._welcomed.is_set():
+            raise AuthenticationFailed(self.auth_error)
+        if not self._welcomed.is_set():
+            hint = (
+                f"; {self.handshake_failures} CURVE handshakes failed: check that the server "
+                "public key matches the scheduler's" if self.handshake_failures else ""
+            )
+            raise SchedulerUnreachable(
+                f"no answer from the scheduler at {self.address} within {timeout:g} s "
+                f"(setting connect_timeout_s){hint}; is `specgen serve` running there?"
+            )
         assert self.welcome is not None
         return self.welcome
 
     def close(self, goodbye: _Wire | None = None) -> None:
         if self._closed:
             return
-        self._closed = True
         if goodbye is not None:
             self.send(goodbye)
-        self.pump.stop()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self.wake()
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()
         for _, fut in pending:
             if not fut.done():
                 fut.set_exception(RuntimeFailure("connection closed"))
+        me = threading.get_ident()
+        if self._keeper.is_alive() and self._keeper.ident != me:
+            self._keeper.join(2.0)
+        with self._cv:   # a leading thread sees _closed and lets go
+            self._cv.wait_for(lambda: self._leader in (None, me), 2.0)
+            self._flush_out()
+            self._leader = me
+        if self._monitor is not None:
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._monitor.close(linger=0)
+        self._sock.close(linger=200)
+        fd, self._wake_fd = self._wake_fd, -1
+        os.close(fd)
         if self._own_ctx:
             self.ctx.term()
 
     # -- sending --------------------------------------------------------------------------
     def send(self, msg: _Wire) -> None:
-        self.pump.send(wire.encode(msg))
+        self._send_frames(wire.encode(msg))
+
+    def wake(self) -> None:
+        """Make the thread driving the socket look up (safe from a signal handler)."""
+        if not self._signalled and self._wake_fd >= 0:
+            self._signalled = True
+            try:
+                os.eventfd_write(self._wake_fd, 1)
+            except OSError:   # closed during shutdown
+                pass
 
     def next_call_id(self) -> int:
         return next(self._ids)
 
     def call(self, msg: _Wire) -> concurrent.futures.Future:
         """Send a request (its call_id is set here); the Future gets the reply or an error."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut = _Reply(self)
         if self.scheduler_failure is not None and not isinstance(msg, WorkDone):
             fut.set_exception(SchedulerFailed(self.scheduler_failure))
             return fut
@@ -342,7 +430,7 @@ class PeerConnection:
             return fut
         with self._lock:
             self._pending[call_id] = (msg, fut)
-        self.pump.send(frames)
+        self._send_frames(frames)
         return fut
 
     def request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
@@ -358,7 +446,167 @@ class PeerConnection:
                 "(setting call_timeout_s)"
             ) from None
 
-    # -- I/O thread -----------------------------------------------------------------------
+    def _send_frames(self, frames: list[bytes]) -> None:
+        me = threading.get_ident()
+        if self._leader == me:    # only this thread sets or clears its own leadership
+            self._send_now(frames)
+            return
+        with self._cv:
+            if self._closed:
+                return
+            if self._leader is not None:
+                self._out.append(frames)
+                self.wake()
+                return
+            self._leader = me     # free: lead just long enough to send
+        try:
+            self._send_now(frames)
+        finally:
+            self._resign()
+
+    def _send_now(self, frames: list[bytes]) -> None:
+        try:
+            send_frames(self._sock, frames)
+            self.sent += 1
+        except zmq.ZMQError as exc:   # EAGAIN: the high-water mark is reached
+            log.warning("%s: dropped a message: %s", self.name, exc)
+
+    def _flush_out(self) -> None:
+        out = self._out
+        while out:
+            self._send_now(out.popleft())
+
+    # -- leadership -----------------------------------------------------------------------
+    def drive(self, done: Callable[[], bool], timeout: float | None = None) -> None:
+        """Drive the socket from this thread until `done()` or `timeout` seconds passed.
+
+        While another thread drives it, wait for that one to deliver (it wakes us after each
+        burst) or to let go; the keeper lets go as soon as we wait."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        if self._leader == threading.get_ident():   # a callback on the leading thread waits
+            self._pump(done, deadline)
+            return
+        while not done() and not self._closed:
+            if not self._lead(done, deadline):
+                return
+            try:
+                self._pump(done, deadline)
+            finally:
+                self._resign()
+            if time.monotonic() >= deadline:
+                return
+
+    def _lead(self, done: Callable[[], bool], deadline: float) -> bool:
+        with self._cv:
+            self._waiting += 1
+            try:
+                while self._leader is not None:
+                    if done() or self._closed:
+                        return False
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    if self._keeper_leads:
+                        self.wake()
+                    self._cv.wait(None if remaining == math.inf else remaining)
+            finally:
+                self._waiting -= 1
+            if done() or self._closed:
+                return False
+            self._leader = threading.get_ident()
+            return True
+
+    def _resign(self) -> None:
+        with self._cv:
+            self._flush_out()      # what others queued while we led
+            self._leader = None
+            self._released_at = time.monotonic()
+            if self._waiting:
+                self._cv.notify_all()
+
+    def _pump(self, done: Callable[[], bool], deadline: float) -> None:
+        """The leading thread's loop: receive and dispatch, send what others queued, tick."""
+        sock, wake_fd, monitor = self._sock, self._wake_fd, self._monitor
+        keeper = self._keeper_leads and self._keeper.ident == threading.get_ident()
+        while not self._closed:
+            if self._out:
+                self._flush_out()
+            if done() or (keeper and self._waiting):
+                return
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._tick(now)
+            if now >= deadline:
+                return
+            timeout_ms = math.ceil((min(deadline, self._next_tick) - now) * 1000)
+            events = dict(zmq.zmq_poll(self._poll_items, max(0, timeout_ms)))
+            if wake_fd in events:
+                # Consume the wake-up, then clear the flag, then look: a thread that still saw the
+                # flag set queued before this; one that sees it clear writes a new wake-up.
+                try:
+                    os.eventfd_read(wake_fd)
+                except BlockingIOError:
+                    pass
+                self._signalled = False
+            if sock in events:
+                # Messages are one frame each (wire.py); bounded, so sends interleave with a flood.
+                for _ in range(1024):
+                    try:
+                        frame = recv_frame(sock, NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.received += 1
+                    try:
+                        self._on_frames([frame])
+                    except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
+                        log.exception("%s: handler failed on a message", self.name)
+                    if not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
+                        break
+                if self._waiting:      # followers: a reply may be theirs
+                    with self._cv:
+                        self._cv.notify_all()
+            if monitor is not None and monitor in events:
+                self._read_monitor()
+
+    def _keep(self) -> None:
+        """Drive the socket whenever no other thread did for KEEPER_TAKEOVER_S, or a tick is due."""
+        me = threading.get_ident()
+        while True:
+            with self._cv:
+                while True:
+                    if self._closed:
+                        return
+                    now = time.monotonic()
+                    if self._leader is None and not self._waiting:
+                        idle = now - self._released_at
+                        if idle >= KEEPER_TAKEOVER_S or now >= self._next_tick:
+                            self._leader = me
+                            self._keeper_leads = True
+                            break
+                        self._cv.wait(KEEPER_TAKEOVER_S - idle)
+                    else:
+                        self._cv.wait(KEEPER_TAKEOVER_S)
+            try:
+                self._pump(lambda: False, math.inf)
+            except Exception:  # noqa: BLE001 - keep the connection alive whatever a tick did
+                log.exception("%s: keeper failed", self.name)
+            finally:
+                self._keeper_leads = False
+                self._resign()
+
+    def _read_monitor(self) -> None:
+        assert self._monitor is not None
+        while True:
+            try:
+                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            try:
+                self._on_monitor(event)
+            except Exception:  # noqa: BLE001
+                log.exception("%s: monitor handler failed", self.name)
+
+    # -- the leading thread -----------------------------------------------------------------
     def _send_hello(self, again: bool = False) -> None:
         """`again`: we were registered before; requests sent until now may have been refused
         (or their replies lost with a dead scheduler), so re-send them once Welcome arrives."""
@@ -370,8 +618,8 @@ class PeerConnection:
         self._last_hello = time.monotonic()
         self.send(Hello(role=self.role, name=self.name, pid=os.getpid(), **self._hello_fields()))
 
-    def _tick(self) -> None:
-        now = time.monotonic()
+    def _tick(self, now: float) -> None:
+        self._next_tick = now + self.settings.heartbeat_interval_s
         if not self._welcomed.is_set():
             if now - self._last_hello >= 1.0:
                 self._send_hello()
@@ -395,7 +643,14 @@ class PeerConnection:
             items = [(cid, entry) for cid, entry in self._pending.items() if cid <= upto]
         for _, (msg, fut) in sorted(items, key=lambda item: item[0]):
             if not fut.done():
-                self.pump.send(wire.encode(msg))
+                self._send_frames(wire.encode(msg))
+
+    def _settle(self, call_ids: list[int]) -> None:
+        with self._lock:
+            entries = [self._pending.pop(cid, None) for cid in call_ids]
+        for entry in entries:
+            if entry is not None and not entry[1].done():
+                entry[1].set_result(Ack(call_id=entry[0].call_id))  # type: ignore[attr-defined]
 
     def _on_frames(self, frames: list[bytes]) -> None:
         try:
@@ -404,6 +659,9 @@ class PeerConnection:
             log.warning("%s: refused a message from the scheduler: %s", self.name, exc.message)
             return
         self.last_heard = time.monotonic()
+        acked = getattr(msg, "acked", None)
+        if acked:   # results the scheduler committed (AssignWork, HeartbeatAck carry them)
+            self._settle(acked)
         if isinstance(msg, Welcome):
             changed = self.scheduler_id is not None and msg.scheduler_id != self.scheduler_id
             self.scheduler_id = msg.scheduler_id

@@ -1,4 +1,6 @@
-"""Frames on the wire: a 4-byte header (magic, protocol version, message kind) and a msgpack body.
+"""A message on the wire is one frame: a 4-byte header (magic, protocol version, message kind)
+followed by the msgpack body. One frame, not a header frame and a body frame, because every frame
+costs a send and a receive call (each a trip into libzmq) at every hop.
 
 Decoding is strict and never raises anything but `WireError`, whose `code` and message go back
 to the sender as an `ErrorReply`; a bad frame costs its sender an error, never the actor.
@@ -32,10 +34,13 @@ class WireError(Exception):
 
 
 def encode(msg: _Wire) -> list[bytes]:
-    return [_headers[msg.KIND], _encoder.encode(msg)]
+    """The frames of `msg` (one), ready for send_multipart after any routing frames."""
+    buf = bytearray(_headers[msg.KIND])
+    _encoder.encode_into(msg, buf, HEADER_BYTES)
+    return [buf]
 
 
-def _call_id_of(body: bytes) -> int:
+def _call_id_of(body: bytes | memoryview) -> int:
     """Best effort: the call_id of a body that failed typed decoding, so the error can be matched."""
     try:
         loose = _loose.decode(body)
@@ -46,25 +51,31 @@ def _call_id_of(body: bytes) -> int:
 
 
 def decode(frames: list[bytes], max_bytes: int) -> _Wire:
-    """Decode `[header, body]` (routing frames already removed)."""
-    size = sum(len(f) for f in frames)
+    """Decode a message's frames (routing frames already removed): one, header + body."""
+    size = len(frames[0]) if len(frames) == 1 else sum(len(f) for f in frames)
     if size > max_bytes:
-        ref = _call_id_of(frames[1]) if len(frames) == 2 else 0
+        ref = _call_id_of(memoryview(frames[0])[HEADER_BYTES:]) if len(frames) == 1 else 0
         raise WireError(
             "too_large",
             f"message of {size} bytes exceeds the limit of {max_bytes} bytes "
             "(setting max_message_bytes); send less per message",
             ref,
         )
-    if len(frames) != 2:
+    if len(frames) != 1:
         raise WireError(
-            "malformed", f"expected 2 frames (header, body), got {len(frames)}"
+            "malformed", f"expected 1 frame (header + body), got {len(frames)}"
         )
-    header, body = frames
-    if len(header) != HEADER_BYTES or header[:2] != MAGIC:
+    return decode_frame(frames[0])
+
+
+def decode_frame(frame: bytes) -> _Wire:
+    """Decode one frame (size already checked)."""
+    header = frame[:HEADER_BYTES]
+    if len(frame) < HEADER_BYTES or header[:2] != MAGIC:
         raise WireError(
-            "malformed", f"bad header {bytes(header[:8])!r}: not a specgen frame (expected b'SG' + version + kind)"
+            "malformed", f"bad header {bytes(header)!r}: not a specgen frame (expected b'SG' + version + kind)"
         )
+    body = memoryview(frame)[HEADER_BYTES:]
     version, kind = header[2], header[3]
     if version != PROTOCOL_VERSION:
         raise WireError(

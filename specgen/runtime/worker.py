@@ -1,18 +1,19 @@
 """The worker actor process: one evaluation service (one device), fed by the scheduler.
 
 Started by `specgen-node` as `python -m specgen.runtime.worker` with a `WorkerConfig` in the
-environment. Threads: the main thread runs one request at a time on the evaluator (blocking);
-the I/O thread of its scheduler connection keeps heartbeats flowing meanwhile and handles
-CancelWork by cancelling the evaluator. Startup: the evaluator starts (spare candidate processes
+environment. The main thread waits for work by driving its scheduler connection (so an assignment
+reaches it with no hand-over between threads), then runs the request on the evaluator (blocking);
+meanwhile the connection's keeper thread keeps heartbeats flowing and turns CancelWork into a
+cancel of the evaluator. Startup: the evaluator starts (spare candidate processes
 are warmed), then WorkerReady goes to the node over a local PUSH socket; a fatal error sends a
 DeadNotice to both the node and the scheduler before the process exits. A result is kept and
 re-sent until the scheduler acknowledges it, so a scheduler restart loses no verdict.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
-import queue
 import signal
 import socket
 import sys
@@ -79,7 +80,7 @@ class WorkerActor:
         self.settings = settings
         self.host = socket.gethostname()    # pairs this worker with KV pools on its device
         self.evaluator: Evaluator | None = None
-        self.tasks: queue.SimpleQueue[AssignWork | None] = queue.SimpleQueue()
+        self.tasks: collections.deque[AssignWork | None] = collections.deque()
         self.current: AssignWork | None = None
         self.cancelled: set[str] = set()
         self.stopping = threading.Event()
@@ -95,7 +96,7 @@ class WorkerActor:
             self.notices.setsockopt(zmq.LINGER, 1000)
             self.notices.connect(config.node_notices)
 
-    # -- I/O thread -----------------------------------------------------------------------
+    # -- whichever thread drives the connection ------------------------------------------
     def _busy_fields(self) -> dict[str, Any]:
         cur = self.current
         where = {"node": self.config.node, "device": self.config.device, "host": self.host}
@@ -110,7 +111,7 @@ class WorkerActor:
 
     def _on_message(self, msg: _Wire) -> None:
         if isinstance(msg, AssignWork):
-            self.tasks.put(msg)
+            self.tasks.append(msg)
         elif isinstance(msg, CancelWork):
             with self._lock:
                 if self.current is not None and self.current.request_id == msg.request_id:
@@ -132,7 +133,8 @@ class WorkerActor:
         self.stopping.set()
         if self.evaluator is not None:
             self.evaluator.cancel()
-        self.tasks.put(None)
+        self.tasks.append(None)
+        self.conn.wake()
 
     def run_one(self, task: AssignWork) -> CandidateUpdate:
         sub = task.submission
@@ -160,12 +162,13 @@ class WorkerActor:
         self.conn.start()
         log.info("worker %s ready on %s", self.config.name, self.config.device)
         while not self.stopping.is_set():
-            try:
-                task = self.tasks.get(timeout=1.0)
-            except queue.Empty:
-                if not parent_alive():
-                    break
-                continue
+            if not self.tasks:
+                self.conn.drive(lambda: bool(self.tasks), 1.0)
+                if not self.tasks:
+                    if not parent_alive():
+                        break
+                    continue
+            task = self.tasks.popleft()
             if task is None:
                 break
             update = self.run_one(task)
@@ -204,7 +207,7 @@ def main() -> int:
         actor.notify_node(dead)
         if actor.conn.welcome is not None:   # registered: tell the scheduler too
             actor.conn.send(dead)
-            time.sleep(0.3)   # let the I/O thread deliver it
+            time.sleep(0.3)   # let the keeper deliver it
         actor.close()
         return 1
     actor.close()

@@ -61,10 +61,10 @@ def test_bad_frames_get_clear_errors_and_the_scheduler_keeps_serving(small_limit
         cases = [
             ([b"just one frame"], "malformed"),
             ([b"HTTP/1.1", b"GET /"], "malformed"),
-            ([b"SG" + bytes((PROTOCOL_VERSION + 1, Ping.KIND)), msgspec.msgpack.encode({"call_id": 5})], "version"),
-            ([b"SG" + bytes((PROTOCOL_VERSION, 200)), msgspec.msgpack.encode({"call_id": 6})], "unknown_kind"),
-            ([b"SG" + bytes((PROTOCOL_VERSION, SubmitCandidate.KIND)),
-              msgspec.msgpack.encode({"call_id": 7, "submission": "not a submission"})], "malformed"),
+            ([b"SG" + bytes((PROTOCOL_VERSION + 1, Ping.KIND)) + msgspec.msgpack.encode({"call_id": 5})], "version"),
+            ([b"SG" + bytes((PROTOCOL_VERSION, 200)) + msgspec.msgpack.encode({"call_id": 6})], "unknown_kind"),
+            ([b"SG" + bytes((PROTOCOL_VERSION, SubmitCandidate.KIND))
+              + msgspec.msgpack.encode({"call_id": 7, "submission": "not a submission"})], "malformed"),
             (wire.encode(Ping(call_id=8, payload=b"x" * 100_000)), "too_large"),
             (wire.encode(Ping(call_id=9)), "unregistered"),        # no Hello yet
         ]

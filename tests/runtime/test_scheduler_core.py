@@ -6,7 +6,7 @@ import pytest
 from specgen.messages import (
     Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission, CandidateUpdate,
     CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob,
-    Heartbeat, Hello, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
+    Heartbeat, HeartbeatAck, Hello, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
     SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
 )
 from specgen.runtime.journal import Journal
@@ -113,8 +113,21 @@ def test_results_are_counted_once(h: Harness) -> None:
     first = h.finish(w, a)
     again = h.finish(w, a)
     assert len(updates(first)) == 1 and not updates(again)
-    assert any(isinstance(m, Ack) for _, m in again)   # the worker is acked either way
+    [hb] = [m for _, m in h.send(w, Heartbeat()) if isinstance(m, HeartbeatAck)]
+    assert len(hb.acked) == 2        # the worker is acked either way, in its next heartbeat's ack
     assert h.core.stats(h.now).duplicates_ignored == 1
+
+
+def test_a_result_is_acked_in_the_workers_next_assignment_without_a_message_of_its_own(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    h.submit("c2", profile=False)
+    out = h.finish(w, a)
+    assert not [m for p, m in out if p == w and isinstance(m, Ack)]
+    [nxt] = assigns(out)
+    assert nxt.acked == [h.calls]    # the WorkDone just sent
+    [hb] = [m for _, m in h.send(w, Heartbeat()) if isinstance(m, HeartbeatAck)]
+    assert hb.acked == []            # acked once
 
 
 def test_resubmitting_a_known_candidate_queues_nothing_and_replays_its_verdicts(h: Harness) -> None:
