@@ -89,7 +89,7 @@ class NodeActor:
         self.settings = settings
         self.keys = keys
         self.evaluator = evaluator
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"specgen-node-"))
+        self.run_dir = Path(tempfile.mkdtemp(prefix="specgen-node-"))
         self.work_dir = work_dir or self.run_dir / "work"
         if "cache_dir" not in settings.eval_options:
             # One build and reference-timing cache per node: a kernel built or a reference timed by

@@ -106,7 +106,7 @@ class ReplayEvaluator:
         seconds = {"validate": plan.validate_s, "profile": plan.profile_s,
                    "full": plan.validate_s + (plan.profile_s if plan.correct else 0.0)}[stage]
         start = time.monotonic()
-        if self._cancel.wait(seconds / self.speed):
+        if self._cancel.wait(seconds / self.speed) if seconds > 0 else self._cancel.is_set():
             return Verdict(stage=stage, error="cancelled while replaying", flags=["replayed"])
         elapsed = time.monotonic() - start
         profiled = stage != "validate" and plan.correct

@@ -1,14 +1,14 @@
 """The scheduler actor process: one ROUTER socket, the scheduler core, the jobs' reasoners.
 
-The main thread runs the loop and alone touches the sockets: wait until one is readable, take a
-batch of messages (malformed frames are answered with an ErrorReply there and never reach the
-core), feed them to the core, run the timers, assign work, commit the journal, and only then send
-the batch's replies. ZeroMQ's own I/O threads do the network I/O, so the loop never blocks on a
-peer, and it is never busy for long (a decision takes microseconds), so no Python I/O thread stands
-between it and its peers (see runtime/transport.py). Reasoner processes are started and stopped
-here, watched by monitor threads that post their exits to an inbox and wake the loop through an
-eventfd. With the setting `kv_control_bind`, a second ROUTER takes remote KV pools' stats and sends
-them the resize requests the core decides (runtime/kv_steward.py).
+The main thread runs the loop and alone touches the sockets: wait for a message, take a batch
+(malformed frames are answered with an ErrorReply there and never reach the core), feed it to the
+core, run the timers, assign work, commit the journal, and only then send the batch's replies.
+ZeroMQ's own I/O threads do the network I/O, so the loop never blocks on a peer, and it is never
+busy for long (a decision takes microseconds), so no Python I/O thread stands between it and its
+peers (see runtime/transport.py). Reasoner processes are started and stopped here, watched by
+monitor threads that post their exits to an inbox the loop reads within a tick. With the setting
+`kv_control_bind`, a second ROUTER takes remote KV pools' stats and sends them the resize requests
+the core decides (runtime/kv_steward.py).
 
 Run as `specgen serve --bind tcp://127.0.0.1:PORT` or `python -m specgen.runtime.scheduler`.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import queue
 import signal
@@ -61,7 +60,6 @@ class SchedulerActor:
         self.journal = Journal(state_dir / "journal.sqlite3")
         self.core = SchedulerCore(settings, self.journal)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()   # from other threads; see `post`
-        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.reasoners: dict[str, ChildProcess] = {}
         self._stopping = False
         self.rejected = 0
@@ -113,15 +111,12 @@ class SchedulerActor:
         self.kv_sock = sock
 
     # -- sockets (the loop's thread only) -----------------------------------------------------
-    def _receive(self, now: float) -> None:
-        """Feed the core what arrived, up to a bounded batch so replies go out under a flood."""
+    def _receive(self, now: float, peer: bytes) -> None:
+        """Feed the core what arrived (starting with the message whose first frame, `peer`, the
+        loop received), up to a bounded batch so replies go out under a flood."""
         sock, core = self.sock, self.core
         limit = self.settings.max_message_bytes
         for _ in range(1024):
-            try:
-                peer = recv_frame(sock, NOBLOCK)
-            except zmq.Again:
-                return
             frames = [recv_frame(sock, 0)]    # a ROUTER hands over a message whole: no wait here
             while sock.getsockopt(zmq.RCVMORE):
                 frames.append(recv_frame(sock, 0))
@@ -135,6 +130,7 @@ class SchedulerActor:
                 core.handle(peer, msg, now)
             if not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
                 return
+            peer = recv_frame(sock, NOBLOCK)
 
     def _receive_kv(self, now: float) -> None:
         # [pool identity, b"stats", msgpack KvPoolStats]; the channel has no error reply, so a bad
@@ -177,12 +173,9 @@ class SchedulerActor:
             self.core.kv_send_failed(identity)
 
     def post(self, item: object) -> None:
-        """Hand an item to the loop from another thread (or a signal handler)."""
+        """Hand an item to the loop from another thread (or a signal handler); the loop takes it
+        within one tick (_TICK_S)."""
         self.inbox.put(item)
-        try:
-            os.eventfd_write(self._wake_fd, 1)
-        except OSError:   # closed: the loop is gone
-            pass
 
     # -- reasoners ------------------------------------------------------------------------
     def _reasoner_exited(self, child: ChildProcess, code: int) -> None:
@@ -234,26 +227,26 @@ class SchedulerActor:
             raise
 
     def _loop(self, next_tick: float) -> None:
-        core = self.core
-        items = [(self.sock, POLLIN), (self._wake_fd, POLLIN)]
-        if self.kv_sock is not None:
-            items.append((self.kv_sock, POLLIN))
+        core, sock = self.core, self.sock
+        # The loop waits in a blocking receive (with a timeout of one tick), the cheapest wait
+        # libzmq has: no poll set to build and check on each wake-up. Its other inputs wait for
+        # the tick: the inbox (a reasoner exited, a stop was asked for: a signal handler cannot
+        # wake a socket) and the KV pools' stats (a few a second, nothing waits on them).
+        sock.setsockopt(zmq.RCVTIMEO, int(_TICK_S * 1000))
         running = True
         while running:
-            timeout_ms = math.ceil((next_tick - time.monotonic()) * 1000)
-            events = dict(zmq.zmq_poll(items, max(0, timeout_ms)))
+            try:
+                peer = recv_frame(sock, 0)
+            except zmq.Again:
+                peer = None
             now = time.monotonic()
-            if self.sock in events:
-                self._receive(now)
-            if self.kv_sock is not None and self.kv_sock in events:
-                self._receive_kv(now)
-            if self._wake_fd in events:
-                try:
-                    os.eventfd_read(self._wake_fd)
-                except BlockingIOError:
-                    pass
+            if peer is not None:
+                self._receive(now, peer)
+            if not self.inbox.empty():
                 running = self._handle_inbox(now)
             if now >= next_tick:
+                if self.kv_sock is not None:
+                    self._receive_kv(now)
                 core.tick(now)
                 next_tick = now + _TICK_S
             core.schedule(now)
@@ -315,8 +308,6 @@ class SchedulerActor:
         self.sock.close(linger=200)
         if self.kv_sock is not None:
             self.kv_sock.close(linger=200)
-        fd, self._wake_fd = self._wake_fd, -1
-        os.close(fd)
         if self.gate is not None:
             self.gate.stop()
         self.ctx.term()

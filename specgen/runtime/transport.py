@@ -251,6 +251,16 @@ def configure(sock: zmq.Socket, settings: RuntimeSettings) -> None:
 KEEPER_TAKEOVER_S = 0.02   # a socket no thread drove for this long is taken over by the keeper
 
 
+def _settle(fut: concurrent.futures.Future | None, result: Any = None,
+            error: BaseException | None = None) -> None:
+    if fut is None or fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
 class _Reply(concurrent.futures.Future):
     """A request's Future: waiting on it drives the connection from the waiting thread."""
 
@@ -295,7 +305,8 @@ class PeerConnection:
         self._own_ctx = ctx is None
         self.ctx = ctx or new_context()
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[_Wire, concurrent.futures.Future]] = {}
+        # call_id -> (request, its Future; None for a message kept until acked, see send_kept)
+        self._pending: dict[int, tuple[_Wire, concurrent.futures.Future | None]] = {}
         self._lock = threading.Lock()
         self.welcome: Welcome | None = None
         self._rejoining = False
@@ -374,8 +385,7 @@ class PeerConnection:
             pending = list(self._pending.values())
             self._pending.clear()
         for _, fut in pending:
-            if not fut.done():
-                fut.set_exception(RuntimeFailure("connection closed"))
+            _settle(fut, error=RuntimeFailure("connection closed"))
         me = threading.get_ident()
         if self._keeper.is_alive() and self._keeper.ident != me:
             self._keeper.join(2.0)
@@ -433,6 +443,16 @@ class PeerConnection:
         self._send_frames(frames)
         return fut
 
+    def send_kept(self, msg: _Wire) -> None:
+        """Send a message with a call_id that needs no reply but must survive a scheduler restart
+        (a worker's result): kept, and re-sent after re-registration, until acknowledged."""
+        call_id = next(self._ids)
+        self._last_call_id = call_id
+        msg.call_id = call_id  # type: ignore[attr-defined]
+        with self._lock:
+            self._pending[call_id] = (msg, None)
+        self._send_frames(wire.encode(msg))
+
     def request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
         timeout = self.settings.call_timeout_s if timeout is None else timeout
         fut = self.call(msg)
@@ -458,11 +478,10 @@ class PeerConnection:
                 self._out.append(frames)
                 self.wake()
                 return
-            self._leader = me     # free: lead just long enough to send
-        try:
+            # Free: send from here, holding the lock (so no thread starts leading meanwhile).
+            self._flush_out()
             self._send_now(frames)
-        finally:
-            self._resign()
+            self._released_at = time.monotonic()
 
     def _send_now(self, frames: list[bytes]) -> None:
         try:
@@ -560,7 +579,7 @@ class PeerConnection:
                         self._on_frames([frame])
                     except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
                         log.exception("%s: handler failed on a message", self.name)
-                    if not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
+                    if done() or not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
                         break
                 if self._waiting:      # followers: a reply may be theirs
                     with self._cv:
@@ -642,15 +661,15 @@ class PeerConnection:
         with self._lock:
             items = [(cid, entry) for cid, entry in self._pending.items() if cid <= upto]
         for _, (msg, fut) in sorted(items, key=lambda item: item[0]):
-            if not fut.done():
+            if fut is None or not fut.done():
                 self._send_frames(wire.encode(msg))
 
-    def _settle(self, call_ids: list[int]) -> None:
+    def _acked(self, call_ids: list[int]) -> None:
         with self._lock:
             entries = [self._pending.pop(cid, None) for cid in call_ids]
         for entry in entries:
-            if entry is not None and not entry[1].done():
-                entry[1].set_result(Ack(call_id=entry[0].call_id))  # type: ignore[attr-defined]
+            if entry is not None:
+                _settle(entry[1], Ack(call_id=entry[0].call_id))  # type: ignore[attr-defined]
 
     def _on_frames(self, frames: list[bytes]) -> None:
         try:
@@ -661,7 +680,7 @@ class PeerConnection:
         self.last_heard = time.monotonic()
         acked = getattr(msg, "acked", None)
         if acked:   # results the scheduler committed (AssignWork, HeartbeatAck carry them)
-            self._settle(acked)
+            self._acked(acked)
         if isinstance(msg, Welcome):
             changed = self.scheduler_id is not None and msg.scheduler_id != self.scheduler_id
             self.scheduler_id = msg.scheduler_id
@@ -690,8 +709,7 @@ class PeerConnection:
                 for cid, _ in doomed:
                     del self._pending[cid]
             for _, (_, fut) in doomed:
-                if not fut.done():
-                    fut.set_exception(SchedulerFailed(self.scheduler_failure))
+                _settle(fut, error=SchedulerFailed(self.scheduler_failure))
             return
         if isinstance(msg, ErrorReply):
             if msg.code == "unregistered":
@@ -703,7 +721,7 @@ class PeerConnection:
             with self._lock:
                 entry = self._pending.pop(msg.ref, None) if msg.ref else None
             if entry is not None:
-                entry[1].set_exception(RemoteError(msg.code, msg.message))
+                _settle(entry[1], error=RemoteError(msg.code, msg.message))
             else:
                 log.warning("%s: scheduler error: %s: %s", self.name, msg.code, msg.message)
             return
@@ -712,7 +730,7 @@ class PeerConnection:
             with self._lock:
                 entry = self._pending.pop(call_id, None)
             if entry is not None:
-                entry[1].set_result(msg)
+                _settle(entry[1], msg)
                 return
             if isinstance(msg, Ack):
                 return   # a late duplicate answer to a request re-sent after a restart

@@ -176,7 +176,7 @@ class WorkerActor:
                 break   # interrupted by our own shutdown: the Goodbye below re-queues it
             with self._lock:
                 self.current = None
-            self.conn.call(WorkDone(request_id=task.request_id, update=update))
+            self.conn.send_kept(WorkDone(request_id=task.request_id, update=update))
 
     def close(self) -> None:
         cur = self.current
