@@ -6,9 +6,11 @@ Sections:
               client (`Client.evaluate` of a candidate a replaying worker answers at once), and
               client -> scheduler -> client (`Client.ping`). Raw pyzmq: the same two shapes with
               minimal code (a ROUTER broker forwarding msgpack frames to a DEALER worker; a ROUTER
-              echo), and the broker path again with an I/O thread per socket in client, broker and
-              worker, as specgen's actors have (the price of that design alone). Rounds alternate
-              between methods so machine noise hits all of them alike.
+              echo), and the broker path again with a Python I/O thread per socket in client, broker
+              and worker (the design specgen's actors had before: the price of that design alone).
+              The methods take turns in short blocks (--block round trips each), so the machine's
+              swings hit all of them alike; besides the pooled medians, the median over blocks of
+              specgen's block median / raw's block median is reported.
   throughput  small messages per second through the scheduler with many requests in flight
               (pings; evaluate requests over 2 replaying workers), and the raw broker the same way.
   decision    one scheduling decision (pick the best of 1,000 queued requests for an idle worker
@@ -245,11 +247,12 @@ def spec_throughput(cluster: LocalCluster, total: int, window: int, make: Callab
     return total / (time.perf_counter() - t)
 
 
-def bench_rtt_and_throughput(rounds: int, n: int, total: int, window: int) -> dict[str, Any]:
+def bench_rtt_and_throughput(rounds: int, n: int, block: int, total: int, window: int) -> dict[str, Any]:
     raw = RawSetup(workers=2)
     results: dict[str, list[float]] = {"raw_echo": [], "raw_broker": [], "raw_broker_io_threads": [],
                                        "specgen_ping": [], "specgen_evaluate": []}
     tput: dict[str, list[float]] = {"raw_broker_requests": [], "specgen_evaluate_requests": [], "specgen_pings": []}
+    block_medians: dict[str, list[float]] = {k: [] for k in results}
     try:
         with LocalCluster(workers=2, evaluator="replay") as cluster:
             for _ in range(200):
@@ -257,12 +260,15 @@ def bench_rtt_and_throughput(rounds: int, n: int, total: int, window: int) -> di
                 spec_evaluate_rtt(cluster)
             sub = CandidateSubmission(job_id="", candidate_id="b", problem_name="bench", problem_source=PROBLEM,
                                       candidate_source=INSTANT)
+            methods: dict[str, Callable[[], float]] = {
+                "raw_echo": raw.echo_rtt, "specgen_ping": cluster.client.ping, "raw_broker": raw.broker_rtt,
+                "raw_broker_io_threads": raw.broker_io_rtt, "specgen_evaluate": lambda: spec_evaluate_rtt(cluster)}
             for r in range(rounds):
-                results["raw_echo"] += [raw.echo_rtt() for _ in range(n)]
-                results["specgen_ping"] += [cluster.client.ping() for _ in range(n)]
-                results["raw_broker"] += [raw.broker_rtt() for _ in range(n)]
-                results["raw_broker_io_threads"] += [raw.broker_io_rtt() for _ in range(n)]
-                results["specgen_evaluate"] += [spec_evaluate_rtt(cluster) for _ in range(n)]
+                for _ in range(max(1, n // block)):
+                    for name, method in methods.items():
+                        samples = [method() for _ in range(block)]
+                        results[name] += samples
+                        block_medians[name].append(statistics.median(samples))
                 tput["raw_broker_requests"].append(raw.broker_throughput(total, window))
                 tput["specgen_evaluate_requests"].append(spec_throughput(
                     cluster, total, window, lambda: EvaluateRequest(call_id=0, submission=sub, stage="validate")))
@@ -275,11 +281,18 @@ def bench_rtt_and_throughput(rounds: int, n: int, total: int, window: int) -> di
            for k, v in results.items()}
     thr = {k: {"median_per_s": statistics.median(v), "rounds": v} for k, v in tput.items()}
     # Messages the scheduler receives or sends per evaluate request: request, assignment, result,
-    # result ack, reply. Per ping: request and reply.
-    thr["specgen_evaluate_requests"]["scheduler_messages_per_s"] = 5 * thr["specgen_evaluate_requests"]["median_per_s"]
+    # reply (the result's ack rides on the worker's next assignment). Per ping: request and reply.
+    thr["specgen_evaluate_requests"]["scheduler_messages_per_s"] = 4 * thr["specgen_evaluate_requests"]["median_per_s"]
     thr["specgen_pings"]["scheduler_messages_per_s"] = 2 * thr["specgen_pings"]["median_per_s"]
     thr["raw_broker_requests"]["broker_messages_per_s"] = 4 * thr["raw_broker_requests"]["median_per_s"]
-    return {"rtt": rtt, "throughput": thr, "window": window}
+    def block_ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(block_medians[a], block_medians[b]))
+
+    blocks = {"evaluate_vs_raw_broker": block_ratio("specgen_evaluate", "raw_broker"),
+              "ping_vs_raw_echo": block_ratio("specgen_ping", "raw_echo"),
+              "raw_io_threads_vs_raw_broker": block_ratio("raw_broker_io_threads", "raw_broker"),
+              "blocks": len(block_medians["raw_broker"]), "block": block}
+    return {"rtt": rtt, "throughput": thr, "window": window, "block_ratios": blocks}
 
 
 def bench_decision(queued: int, samples: int) -> dict[str, Any]:
@@ -332,6 +345,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--n", type=int, default=1000, help="round trips per method per round")
+    parser.add_argument("--block", type=int, default=20, help="round trips per method before the next takes its turn")
     parser.add_argument("--total", type=int, default=10000, help="requests per throughput sample")
     parser.add_argument("--window", type=int, default=128, help="requests in flight for throughput")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "runtime_bench.json")
@@ -342,7 +356,7 @@ def main() -> int:
         "libzmq": zmq.zmq_version(), "transport": "ipc://",
     }
     report["decision"] = bench_decision(queued=1000, samples=5000)
-    report.update(bench_rtt_and_throughput(args.rounds, args.n, args.total, args.window))
+    report.update(bench_rtt_and_throughput(args.rounds, args.n, args.block, args.total, args.window))
     rtt, thr, dec = report["rtt"], report["throughput"], report["decision"]
     print("\nround trip (median / p90 / p99, us)")
     for k, v in rtt.items():
@@ -357,6 +371,10 @@ def main() -> int:
     print(f"  specgen evaluate / raw broker: {ratio:.2f}x; specgen ping / raw echo: {ratio_ping:.2f}x")
     print(f"  raw broker with I/O threads / raw broker: {design:.2f}x; "
           f"specgen evaluate / raw broker with I/O threads: {ratio_io:.2f}x")
+    br = report["block_ratios"]
+    print(f"  median over {br['blocks']} blocks of {br['block']}: specgen evaluate / raw broker "
+          f"{br['evaluate_vs_raw_broker']:.2f}x, specgen ping / raw echo {br['ping_vs_raw_echo']:.2f}x, "
+          f"raw with I/O threads / raw broker {br['raw_io_threads_vs_raw_broker']:.2f}x")
     print(f"\nthroughput, {args.window} in flight (median of {args.rounds} rounds)")
     for k, v in thr.items():
         extra = v.get("scheduler_messages_per_s") or v.get("broker_messages_per_s")

@@ -561,7 +561,9 @@ class SchedulerCore:
         idle = [w for w in self.workers.values() if w.busy is None]
         if idle and self._total_queued():
             wall = self.wall()
-            idle_in = collections.Counter(w.pool for w in idle)
+            idle_in = dict.fromkeys(POOLS, 0)
+            for w in idle:
+                idle_in[w.pool] += 1
             progress = True
             while progress and self._total_queued():
                 progress = False

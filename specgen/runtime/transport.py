@@ -59,6 +59,9 @@ _MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 def send_frames(sock: zmq.Socket, frames: list) -> None:
     """Send one message without blocking; raises zmq.ZMQError (Again at the high-water mark,
     EHOSTUNREACH for an unknown peer on a ROUTER_MANDATORY socket)."""
+    if len(frames) == 1:
+        _send_frame(sock, frames[0], NOBLOCK)
+        return
     last = len(frames) - 1
     for i, frame in enumerate(frames):
         _send_frame(sock, frame, _MORE_NOBLOCK if i < last else NOBLOCK)
@@ -261,6 +264,30 @@ def _settle(fut: concurrent.futures.Future | None, result: Any = None,
         fut.set_result(result)
 
 
+_CONTROL = frozenset((Welcome, HeartbeatAck, DeadNotice, ErrorReply))
+
+
+class _Waiter:
+    """What a blocking request() waits on: the part of a Future the connection uses, without the
+    condition variable and callbacks (the waiting thread drives the socket and sees it done)."""
+
+    __slots__ = ("value", "error", "finished")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.finished = False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def set_result(self, value: Any) -> None:
+        self.value, self.finished = value, True
+
+    def set_exception(self, error: BaseException) -> None:
+        self.error, self.finished = error, True
+
+
 class _Reply(concurrent.futures.Future):
     """A request's Future: waiting on it drives the connection from the waiting thread."""
 
@@ -421,9 +448,9 @@ class PeerConnection:
     def next_call_id(self) -> int:
         return next(self._ids)
 
-    def call(self, msg: _Wire) -> concurrent.futures.Future:
+    def call(self, msg: _Wire, fut: Any = None) -> concurrent.futures.Future:
         """Send a request (its call_id is set here); the Future gets the reply or an error."""
-        fut = _Reply(self)
+        fut = _Reply(self) if fut is None else fut
         if self.scheduler_failure is not None and not isinstance(msg, WorkDone):
             fut.set_exception(SchedulerFailed(self.scheduler_failure))
             return fut
@@ -432,7 +459,7 @@ class PeerConnection:
         msg.call_id = call_id  # type: ignore[attr-defined]
         frames = wire.encode(msg)
         limit = self.settings.max_message_bytes
-        size = sum(len(f) for f in frames)
+        size = len(frames[0])   # one frame (wire.py)
         if size > limit:
             fut.set_exception(RemoteError(
                 "too_large", f"message of {size} bytes exceeds the limit of {limit} bytes "
@@ -455,16 +482,20 @@ class PeerConnection:
 
     def request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
         timeout = self.settings.call_timeout_s if timeout is None else timeout
-        fut = self.call(msg)
-        try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
+        waiter = _Waiter()
+        self.call(msg, waiter)
+        if not waiter.finished:
+            self.drive(waiter.done, timeout)
+        if waiter.error is not None:
+            raise waiter.error
+        if not waiter.finished:
             with self._lock:
                 self._pending.pop(msg.call_id, None)  # type: ignore[attr-defined]
             raise CallTimeout(
                 f"{type(msg).__name__} got no reply from {self.address} within {timeout:g} s "
                 "(setting call_timeout_s)"
-            ) from None
+            )
+        return waiter.value
 
     def _send_frames(self, frames: list[bytes]) -> None:
         me = threading.get_ident()
@@ -668,7 +699,7 @@ class PeerConnection:
         with self._lock:
             entries = [self._pending.pop(cid, None) for cid in call_ids]
         for entry in entries:
-            if entry is not None:
+            if entry is not None and entry[1] is not None:
                 _settle(entry[1], Ack(call_id=entry[0].call_id))  # type: ignore[attr-defined]
 
     def _on_frames(self, frames: list[bytes]) -> None:
@@ -681,6 +712,23 @@ class PeerConnection:
         acked = getattr(msg, "acked", None)
         if acked:   # results the scheduler committed (AssignWork, HeartbeatAck carry them)
             self._acked(acked)
+        if type(msg) in _CONTROL:
+            self._on_control(msg)
+            return
+        call_id = getattr(msg, "call_id", 0)
+        if call_id:
+            with self._lock:
+                entry = self._pending.pop(call_id, None)
+            if entry is not None:
+                _settle(entry[1], msg)
+                return
+            if isinstance(msg, Ack):
+                return   # a late duplicate answer to a request re-sent after a restart
+        if self._on_message is not None:
+            self._on_message(msg)
+
+    def _on_control(self, msg: _Wire) -> None:
+        """Welcome, HeartbeatAck, DeadNotice, ErrorReply: the connection's own messages."""
         if isinstance(msg, Welcome):
             changed = self.scheduler_id is not None and msg.scheduler_id != self.scheduler_id
             self.scheduler_id = msg.scheduler_id
@@ -725,14 +773,3 @@ class PeerConnection:
             else:
                 log.warning("%s: scheduler error: %s: %s", self.name, msg.code, msg.message)
             return
-        call_id = getattr(msg, "call_id", 0)
-        if call_id:
-            with self._lock:
-                entry = self._pending.pop(call_id, None)
-            if entry is not None:
-                _settle(entry[1], msg)
-                return
-            if isinstance(msg, Ack):
-                return   # a late duplicate answer to a request re-sent after a restart
-        if self._on_message is not None:
-            self._on_message(msg)
