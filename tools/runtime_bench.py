@@ -115,7 +115,10 @@ class Pump:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake, zmq.POLLIN)
         while True:
-            events = dict(poller.poll())
+            try:
+                events = dict(poller.poll())
+            except zmq.ZMQError:   # the context was destroyed: the benchmark is over
+                return
             if self.sock in events:
                 while True:
                     try:

@@ -103,16 +103,16 @@ class RequestQueue:
     def __init__(self, rule: PriorityRule) -> None:
         self.rule = rule
         self._heap: list[tuple[tuple, int, QueuedRequest]] = []
-        self._live = 0
+        self.live = 0        # requests queued and not removed (len() of the queue)
 
     def __len__(self) -> int:
-        return self._live
+        return self.live
 
     def push(self, req: QueuedRequest) -> None:
         req.removed = False
         req.sort_key = self.rule.queue_key(req)
         heapq.heappush(self._heap, (req.sort_key, req.seq, req))
-        self._live += 1
+        self.live += 1
 
     def _prune(self) -> None:
         heap = self._heap
@@ -129,14 +129,14 @@ class RequestQueue:
             return None
         req = heapq.heappop(self._heap)[2]
         req.removed = True
-        self._live -= 1
+        self.live -= 1
         return req
 
     def remove(self, req: QueuedRequest) -> None:
         if not req.removed:
             req.removed = True
-            self._live -= 1
-            if len(self._heap) > 64 and self._live < len(self._heap) // 4:
+            self.live -= 1
+            if len(self._heap) > 64 and self.live < len(self._heap) // 4:
                 self._heap = [e for e in self._heap if not e[2].removed]
                 heapq.heapify(self._heap)
 

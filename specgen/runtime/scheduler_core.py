@@ -352,7 +352,7 @@ class SchedulerCore:
         return {p: len(self.queues[p]) for p in POOLS}
 
     def _total_queued(self) -> int:
-        return len(self.queues["validate"]) + len(self.queues["profile"])
+        return self.queues["validate"].live + self.queues["profile"].live   # called per message
 
     def _find_live(self, key: Key) -> QueuedRequest | None:
         if key[0] == "":

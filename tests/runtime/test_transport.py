@@ -85,7 +85,7 @@ def test_requests_replies_errors_and_timeouts(fake: FakeScheduler) -> None:
             fut.result(2)
         with pytest.raises(CallTimeout, match="call_timeout_s"):
             conn.request(Ping(call_id=0), timeout=0.3)
-        _, hb = fake.recv(Heartbeat)        # heartbeats flow from the I/O thread
+        _, hb = fake.recv(Heartbeat)        # heartbeats flow while nobody waits (the keeper)
         assert hb.sent_at > 0
     finally:
         conn.close()
@@ -143,6 +143,129 @@ def test_dead_notice_fails_waiting_calls_at_once_until_a_new_scheduler_answers(f
         wait_for(lambda: conn.scheduler_failure is None, 10, "the new Welcome to be handled")
         fut = conn.call(Ping(call_id=0))
         _, ping = fake.recv(Ping)
+        fake.send(peer, Pong(call_id=ping.call_id))
+        fut.result(2)
+    finally:
+        conn.close()
+
+
+def test_a_waiting_thread_leads_and_other_threads_still_send_and_get_replies(fake: FakeScheduler) -> None:
+    """One thread waits for a slow reply (it drives the socket); meanwhile another thread's request
+    goes out at once and its reply reaches it, and the first thread still gets its own."""
+    import threading
+
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    try:
+        peer = fake.welcome()
+        conn.wait_welcome()
+        first: dict = {}
+        waiter = threading.Thread(target=lambda: first.update(r=conn.request(Ping(call_id=0, payload=b"slow"), 10)))
+        waiter.start()
+        _, slow = fake.recv(Ping)
+        assert slow.payload == b"slow"
+        t0 = time.monotonic()
+        fut = conn.call(Ping(call_id=0, payload=b"quick"))     # sent while the waiter leads
+        _, quick = fake.recv(Ping)
+        assert quick.payload == b"quick" and time.monotonic() - t0 < 1.0
+        fake.send(peer, Pong(call_id=quick.call_id, payload=b"quick"))
+        assert fut.result(5).payload == b"quick"                 # delivered by the leading thread
+        assert waiter.is_alive()
+        fake.send(peer, Pong(call_id=slow.call_id, payload=b"slow"))
+        waiter.join(5)
+        assert first["r"].payload == b"slow"
+    finally:
+        conn.close()
+
+
+def test_two_threads_waiting_at_once_each_get_their_reply(fake: FakeScheduler) -> None:
+    import threading
+
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    try:
+        peer = fake.welcome()
+        conn.wait_welcome()
+        got: dict = {}
+        threads = [threading.Thread(target=lambda n=n: got.update({n: conn.request(Ping(call_id=0, payload=n), 10)}))
+                   for n in (b"a", b"b")]
+        for t in threads:
+            t.start()
+        pings = [fake.recv(Ping)[1] for _ in threads]
+        for p in reversed(pings):      # answer the later one first: the follower's reply comes first
+            fake.send(peer, Pong(call_id=p.call_id, payload=p.payload))
+        for t in threads:
+            t.join(5)
+        assert {k: v.payload for k, v in got.items()} == {b"a": b"a", b"b": b"b"}
+    finally:
+        conn.close()
+
+
+def test_messages_nobody_waits_for_are_delivered_by_the_keeper(fake: FakeScheduler) -> None:
+    from specgen.messages import CancelWork
+
+    seen: list = []
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS, on_message=seen.append).start()
+    try:
+        peer = fake.welcome()
+        conn.wait_welcome()
+        fake.send(peer, CancelWork(request_id="r1"))
+        wait_for(lambda: seen, 5, "the keeper to deliver the message")
+        assert seen[0].request_id == "r1"
+        fut = conn.call(Ping(call_id=0))       # and a waiting thread takes the socket back
+        _, ping = fake.recv(Ping)
+        fake.send(peer, Pong(call_id=ping.call_id))
+        fut.result(2)
+    finally:
+        conn.close()
+
+
+def test_close_fails_a_waiting_request_at_once(fake: FakeScheduler) -> None:
+    import threading
+
+    from specgen.runtime.transport import RuntimeFailure
+
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    peer = fake.welcome()
+    conn.wait_welcome()
+    errors: list = []
+
+    def wait() -> None:
+        try:
+            conn.request(Ping(call_id=0), 30)
+        except RuntimeFailure as exc:
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    fake.recv(Ping)
+    t0 = time.monotonic()
+    conn.close()
+    waiter.join(5)
+    assert errors and "closed" in str(errors[0]) and time.monotonic() - t0 < 3.0
+    assert peer
+
+
+def test_a_kept_result_is_re_sent_until_acknowledged(fake: FakeScheduler) -> None:
+    from specgen.messages import CandidateUpdate, Verdict, WorkDone
+
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    try:
+        peer = fake.welcome("s1")
+        conn.wait_welcome()
+        upd = CandidateUpdate(job_id="j", candidate_id="c", stage="validate", verdict=Verdict(stage="validate"))
+        conn.send_kept(WorkDone(request_id="r1", update=upd))
+        _, done = fake.recv(WorkDone)
+        # The scheduler restarts before acknowledging: the result goes to the new one.
+        fake.send(peer, HeartbeatAck(scheduler_id="s2"))
+        peer = fake.welcome("s2")
+        _, again = fake.recv(WorkDone)
+        assert again.call_id == done.call_id and again.request_id == "r1"
+        # Acknowledged in a heartbeat's ack: no longer kept, so not re-sent at the next restart.
+        fake.send(peer, HeartbeatAck(scheduler_id="s2", acked=[again.call_id]))
+        wait_for(lambda: not conn._pending, 5, "the ack to be applied")
+        fake.send(peer, HeartbeatAck(scheduler_id="s3"))
+        peer = fake.welcome("s3")
+        fut = conn.call(Ping(call_id=0))
+        _, ping = fake.recv(Ping)         # the next message after the Hello is the ping, not a result
         fake.send(peer, Pong(call_id=ping.call_id))
         fut.result(2)
     finally:
