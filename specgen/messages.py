@@ -15,7 +15,7 @@ PROTOCOL_VERSION = 2
 
 # --------------------------------------------------------------------------- evaluation
 
-class Verdict(msgspec.Struct, kw_only=True):
+class Verdict(msgspec.Struct, kw_only=True, gc=False):
     """What evaluating one candidate against one problem found.
 
     `stage` says how far evaluation went: "validate" (compile + correctness + cheat guards),
@@ -43,7 +43,7 @@ class Verdict(msgspec.Struct, kw_only=True):
     notes: list[str] = []                   # checks skipped and why (e.g. no second shape possible)
 
 
-class CandidateSubmission(msgspec.Struct, kw_only=True):
+class CandidateSubmission(msgspec.Struct, kw_only=True, gc=False):
     """A candidate kernel sent for evaluation (by the optimize loop, a client, or a test)."""
 
     job_id: str                             # the job it belongs to ("" for a one-off request)
@@ -58,7 +58,7 @@ class CandidateSubmission(msgspec.Struct, kw_only=True):
     profile: bool = True                    # go on to profiling once it validates
 
 
-class CandidateUpdate(msgspec.Struct, kw_only=True):
+class CandidateUpdate(msgspec.Struct, kw_only=True, gc=False):
     """One stage of a candidate's evaluation finished (validate, then profile)."""
 
     job_id: str

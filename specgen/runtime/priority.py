@@ -40,7 +40,7 @@ def pool_of_stage(stage: str) -> str:
     return "validate" if stage == "validate" else "profile"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class QueuedRequest:
     """One stage of one candidate, waiting or running."""
 

@@ -33,6 +33,9 @@ class ReplaySample(msgspec.Struct, kw_only=True):
     speedup: float | None = None            # profiling outcome
 
 
+_directive_decoder = msgspec.json.Decoder(ReplaySample)
+
+
 class Recording(msgspec.Struct, kw_only=True):
     source: str                             # how and where the samples were recorded
     samples: list[ReplaySample]
@@ -82,7 +85,7 @@ class ReplayEvaluator:
         first = sub.candidate_source.split("\n", 1)[0]
         if first.startswith(DIRECTIVE):
             try:
-                return msgspec.json.decode(first[len(DIRECTIVE):].strip(), type=ReplaySample)
+                return _directive_decoder.decode(first[len(DIRECTIVE):].strip())
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise ValueError(f"bad replay directive: {exc}") from None
         if self.recording is None:

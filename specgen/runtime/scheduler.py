@@ -126,7 +126,8 @@ class SchedulerActor:
                 frame = recv_frame(sock, 0, False)
                 frames.append(frame.buffer)
             try:
-                msg = wire.decode(frames, limit)
+                msg = wire.decode_frame(frames[0]) if len(frames) == 1 and len(frames[0]) <= limit \
+                    else wire.decode(frames, limit)
             except wire.WireError as exc:
                 self.rejected += 1
                 log.warning("refused a message from %r: %s", peer[:40], exc.message)
@@ -258,6 +259,10 @@ class SchedulerActor:
                     self._receive_kv(now)
                 core.tick(now)
                 next_tick = now + _TICK_S
+            if core.outbox:
+                # Replies to what was just handled (a result's answer to its client) go out
+                # before the next assignments are worked out; each send follows its commit.
+                self._flush()
             core.schedule(now)
             self._flush()
 

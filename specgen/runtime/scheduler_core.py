@@ -49,7 +49,7 @@ ROLES = ("client", "worker", "node", "reasoner")
 Key = tuple[str, str, str]
 
 
-@dataclass
+@dataclass(slots=True)
 class Peer:
     id: bytes
     role: str
@@ -58,7 +58,7 @@ class Peer:
     health: dict = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class WorkerState:
     peer: bytes
     name: str

@@ -59,8 +59,13 @@ _MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 def send_frames(sock: zmq.Socket, frames: list) -> None:
     """Send one message without blocking; raises zmq.ZMQError (Again at the high-water mark,
     EHOSTUNREACH for an unknown peer on a ROUTER_MANDATORY socket)."""
-    if len(frames) == 1:
+    n = len(frames)
+    if n == 1:                  # a peer's message
         _send_frame(sock, frames[0], NOBLOCK)
+        return
+    if n == 2:                  # the scheduler's: [peer, message]
+        _send_frame(sock, frames[0], _MORE_NOBLOCK)
+        _send_frame(sock, frames[1], NOBLOCK)
         return
     last = len(frames) - 1
     for i, frame in enumerate(frames):
@@ -343,6 +348,7 @@ class PeerConnection:
         self._last_hello = 0.0
         self._last_call_id = 0
         self._resend_upto = 0
+        self._acks_due: list[int] = []   # acked call_ids not yet dropped from _pending
         self.auth_error: str | None = None
         self.scheduler_failure: str | None = None
         self.handshake_failures = 0
@@ -607,7 +613,7 @@ class PeerConnection:
                         break
                     self.received += 1
                     try:
-                        self._on_frames([frame])
+                        self._on_frame(frame)
                     except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
                         log.exception("%s: handler failed on a message", self.name)
                     if done() or not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
@@ -670,6 +676,8 @@ class PeerConnection:
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + self.settings.heartbeat_interval_s
+        if self._acks_due:
+            self._apply_acks()
         if not self._welcomed.is_set():
             if now - self._last_hello >= 1.0:
                 self._send_hello()
@@ -688,6 +696,7 @@ class PeerConnection:
             self.handshake_failures += 1
 
     def _resend_pending(self) -> None:
+        self._apply_acks()
         upto, self._resend_upto = self._resend_upto, 0
         with self._lock:
             items = [(cid, entry) for cid, entry in self._pending.items() if cid <= upto]
@@ -695,23 +704,26 @@ class PeerConnection:
             if fut is None or not fut.done():
                 self._send_frames(wire.encode(msg))
 
-    def _acked(self, call_ids: list[int]) -> None:
+    def _apply_acks(self) -> None:
+        call_ids, self._acks_due = self._acks_due, []
         with self._lock:
             entries = [self._pending.pop(cid, None) for cid in call_ids]
         for entry in entries:
             if entry is not None and entry[1] is not None:
                 _settle(entry[1], Ack(call_id=entry[0].call_id))  # type: ignore[attr-defined]
 
-    def _on_frames(self, frames: list[bytes]) -> None:
+    def _on_frame(self, frame: bytes) -> None:
         try:
-            msg = wire.decode(frames, 2 * self.settings.max_message_bytes)
+            if len(frame) > 2 * self.settings.max_message_bytes:
+                wire.decode([frame], 2 * self.settings.max_message_bytes)   # raises the error
+            msg = wire.decode_frame(frame)
         except wire.WireError as exc:
             log.warning("%s: refused a message from the scheduler: %s", self.name, exc.message)
             return
         self.last_heard = time.monotonic()
         acked = getattr(msg, "acked", None)
-        if acked:   # results the scheduler committed (AssignWork, HeartbeatAck carry them)
-            self._acked(acked)
+        if acked:   # results the scheduler committed (AssignWork, HeartbeatAck carry them),
+            self._acks_due += acked   # forgotten at the next tick, off the way of the new work
         if type(msg) in _CONTROL:
             self._on_control(msg)
             return
