@@ -40,7 +40,7 @@ from specgen.runtime.auth import (
 )
 from specgen.runtime.process import ChildProcess, die_with_parent, log_tail
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
-from specgen.runtime.transport import PeerConnection, SocketPump
+from specgen.runtime.transport import PeerConnection, SocketReader
 from specgen.runtime.worker import CONFIG_ENV, WorkerConfig
 
 log = logging.getLogger("specgen.node")
@@ -114,7 +114,7 @@ class NodeActor:
         self.notices_address = f"ipc://{self.run_dir}/notices.sock"
         pull = self.ctx.socket(zmq.PULL)
         pull.bind(self.notices_address)
-        self.notice_pump = SocketPump(pull, f"node-{self.name}-notices", self._on_notice)
+        self.notice_reader = SocketReader(pull, f"node-{self.name}-notices", self._on_notice)
         self.conn = PeerConnection(self.scheduler, "node", self.name, self.settings, self.keys,
                                    heartbeat_fields=self._health, ctx=self.ctx)
 
@@ -177,7 +177,7 @@ class NodeActor:
         self.inbox.put(_STOP)
 
     def run(self) -> None:
-        self.notice_pump.start()
+        self.notice_reader.start()
         self.conn.start()
         for slot in self.slots.values():
             self._start(slot)
@@ -229,7 +229,7 @@ class NodeActor:
         for slot in self.slots.values():
             slot.state = "stopped"
         self.conn.close(Goodbye(reason="node stopping"))
-        self.notice_pump.stop()
+        self.notice_reader.stop()
         self.ctx.term()
         shutil.rmtree(self.run_dir, ignore_errors=True)
 

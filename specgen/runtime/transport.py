@@ -17,7 +17,7 @@ on an event queue) and keeps heartbeats, cancels and events flowing; it hands th
 soon as a thread wants to wait on it. Whoever leads is the only thread touching the socket; others
 queue what they send for the leader (woken through an eventfd).
 
-`SocketPump` is a plain I/O thread for a socket nobody waits on (a node's worker notices).
+`SocketReader` is a plain reading thread for a socket nobody waits on (a node's worker notices).
 """
 from __future__ import annotations
 
@@ -101,147 +101,45 @@ class RemoteError(RuntimeFailure):
         self.message = message
 
 
-class SocketPump:
-    """The I/O thread of one socket (see module docstring)."""
+class SocketReader:
+    """A thread that reads a socket nobody waits on (a node's worker notices) and hands each
+    message to a callback; it alone touches the socket, and closes it when stopped."""
 
-    def __init__(
-        self,
-        sock: zmq.Socket,
-        name: str,
-        on_frames: Callable[[list[bytes]], None],
-        on_tick: Callable[[], None] | None = None,
-        tick_interval_s: float = 1.0,
-        on_monitor: Callable[[dict[str, Any]], None] | None = None,
-        on_send_error: Callable[[list[bytes], zmq.ZMQError], None] | None = None,
-        linger_ms: int = 200,
-        on_burst_end: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, sock: zmq.Socket, name: str, on_frames: Callable[[list[bytes]], None]) -> None:
         self.sock = sock
         self.name = name
         self._on_frames = on_frames
-        self._on_tick = on_tick
-        self._tick_interval = tick_interval_s
-        self._on_send_error = on_send_error
-        self._on_burst_end = on_burst_end   # called after each burst of received messages
-        self._on_monitor = on_monitor
-        self._monitor = sock.get_monitor_socket() if on_monitor else None
-        self._out: collections.deque[list[bytes]] = collections.deque()
-        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._signalled = False
         self._running = True
-        self._linger_ms = linger_ms
-        self.sent = 0
-        self.received = 0
-        self._thread = threading.Thread(target=self._run, name=f"io-{name}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"reader-{name}", daemon=True)
 
-    def start(self) -> "SocketPump":
+    def start(self) -> "SocketReader":
         self._thread.start()
         return self
 
-    def send(self, frames: list[bytes]) -> None:
-        """Queue frames for sending; safe from any thread. Dropped once the pump stopped."""
-        if not self._running:
-            return
-        self._out.append(frames)
-        if not self._signalled:
-            self._signalled = True
-            try:
-                os.eventfd_write(self._wake_fd, 1)
-            except OSError:   # closed during shutdown
-                pass
-
     def stop(self, timeout: float = 2.0) -> None:
-        if self._thread.ident is None:   # never started: nothing else owns the socket
-            if self._running:
-                self._running = False
-                if self._monitor is not None:
-                    self._monitor.close(linger=0)
-                self.sock.close(linger=0)
-                os.close(self._wake_fd)
-            return
-        self._running = False
-        try:
-            os.eventfd_write(self._wake_fd, 1)
-        except OSError:
-            pass
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        self._running = False       # seen within one poll interval
+        if self._thread.ident is None:
+            self.sock.close(linger=0)
+        elif self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def _flush(self) -> None:
-        # Consume the wake-up first, then clear the flag, then drain: a sender that still saw the
-        # flag set appended before the drain below; one that sees it clear writes a new wake-up.
-        try:
-            os.eventfd_read(self._wake_fd)
-        except BlockingIOError:
-            pass
-        self._signalled = False
-        out = self._out
-        sock = self.sock
-        while out:
-            frames = out.popleft()
-            try:
-                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-                self.sent += 1
-            except zmq.ZMQError as exc:
-                # ROUTER_MANDATORY: unknown peer (EHOSTUNREACH) or its queue is full (EAGAIN).
-                if self._on_send_error is not None:
-                    self._on_send_error(frames, exc)
-                else:
-                    log.warning("%s: dropped a message: %s", self.name, exc)
-
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        poller.register(self._wake_fd, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
-        next_tick = time.monotonic() + self._tick_interval
         sock = self.sock
         try:
             while self._running:
-                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000)) if self._on_tick else 1000
-                events = dict(poller.poll(timeout_ms))
-                if sock in events:
-                    for _ in range(1024):   # bounded, so sends interleave with a flood of input
-                        try:
-                            frames = sock.recv_multipart(flags=zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self.received += 1
-                        try:
-                            self._on_frames(frames)
-                        except Exception:  # noqa: BLE001 - a handler bug must not kill the I/O thread
-                            log.exception("%s: handler failed on a message", self.name)
-                    if self._on_burst_end is not None:
-                        self._on_burst_end()
-                if self._out or self._wake_fd in events:
-                    self._flush()
-                if self._monitor is not None and self._monitor in events:
-                    while True:
-                        try:
-                            event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
-                        except zmq.Again:
-                            break
-                        try:
-                            self._on_monitor(event)  # type: ignore[misc]
-                        except Exception:  # noqa: BLE001
-                            log.exception("%s: monitor handler failed", self.name)
-                if self._on_tick is not None and time.monotonic() >= next_tick:
-                    next_tick = time.monotonic() + self._tick_interval
+                if not sock.poll(200, zmq.POLLIN):
+                    continue
+                while True:
                     try:
-                        self._on_tick()
-                    except Exception:  # noqa: BLE001
-                        log.exception("%s: tick failed", self.name)
-            self._flush()
+                        frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    try:
+                        self._on_frames(frames)
+                    except Exception:  # noqa: BLE001 - a handler bug must not kill the reader
+                        log.exception("%s: handler failed on a message", self.name)
         finally:
-            if self._monitor is not None:
-                try:
-                    sock.disable_monitor()
-                except zmq.ZMQError:
-                    pass
-                self._monitor.close(linger=0)
-            sock.close(linger=self._linger_ms)
-            os.close(self._wake_fd)
+            sock.close(linger=0)
 
 
 def new_context() -> zmq.Context:

@@ -60,6 +60,22 @@ def fake(tmp_path: Path):
     f.close()
 
 
+def connected(fake: FakeScheduler, scheduler_id: str = "s1", **kw) -> tuple[PeerConnection, bytes]:
+    """A connection the fake scheduler has welcomed, and the peer id to answer it at."""
+    conn = PeerConnection(fake.address, "client", "c", SETTINGS, **kw).start()
+    peer = fake.welcome(scheduler_id)
+    conn.wait_welcome()
+    return conn, peer
+
+
+def answered_ping(conn: PeerConnection, fake: FakeScheduler, peer: bytes) -> None:
+    """A ping the fake scheduler answers; the next message it receives must be that ping."""
+    fut = conn.call(Ping(call_id=0))
+    _, ping = fake.recv(Ping)
+    fake.send(peer, Pong(call_id=ping.call_id))
+    fut.result(2)
+
+
 def test_no_welcome_names_the_setting(tmp_path: Path) -> None:
     conn = PeerConnection(f"ipc://{tmp_path}/nobody.sock", "client", "c", SETTINGS).start()
     try:
@@ -141,10 +157,7 @@ def test_dead_notice_fails_waiting_calls_at_once_until_a_new_scheduler_answers(f
         fake.send(peer, HeartbeatAck(scheduler_id="s2"))     # a restarted scheduler
         peer = fake.welcome("s2")
         wait_for(lambda: conn.scheduler_failure is None, 10, "the new Welcome to be handled")
-        fut = conn.call(Ping(call_id=0))
-        _, ping = fake.recv(Ping)
-        fake.send(peer, Pong(call_id=ping.call_id))
-        fut.result(2)
+        answered_ping(conn, fake, peer)
     finally:
         conn.close()
 
@@ -154,10 +167,8 @@ def test_a_waiting_thread_leads_and_other_threads_still_send_and_get_replies(fak
     goes out at once and its reply reaches it, and the first thread still gets its own."""
     import threading
 
-    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    conn, peer = connected(fake)
     try:
-        peer = fake.welcome()
-        conn.wait_welcome()
         first: dict = {}
         waiter = threading.Thread(target=lambda: first.update(r=conn.request(Ping(call_id=0, payload=b"slow"), 10)))
         waiter.start()
@@ -180,10 +191,8 @@ def test_a_waiting_thread_leads_and_other_threads_still_send_and_get_replies(fak
 def test_two_threads_waiting_at_once_each_get_their_reply(fake: FakeScheduler) -> None:
     import threading
 
-    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    conn, peer = connected(fake)
     try:
-        peer = fake.welcome()
-        conn.wait_welcome()
         got: dict = {}
         threads = [threading.Thread(target=lambda n=n: got.update({n: conn.request(Ping(call_id=0, payload=n), 10)}))
                    for n in (b"a", b"b")]
@@ -203,17 +212,12 @@ def test_messages_nobody_waits_for_are_delivered_by_the_keeper(fake: FakeSchedul
     from specgen.messages import CancelWork
 
     seen: list = []
-    conn = PeerConnection(fake.address, "client", "c", SETTINGS, on_message=seen.append).start()
+    conn, peer = connected(fake, on_message=seen.append)
     try:
-        peer = fake.welcome()
-        conn.wait_welcome()
         fake.send(peer, CancelWork(request_id="r1"))
         wait_for(lambda: seen, 5, "the keeper to deliver the message")
         assert seen[0].request_id == "r1"
-        fut = conn.call(Ping(call_id=0))       # and a waiting thread takes the socket back
-        _, ping = fake.recv(Ping)
-        fake.send(peer, Pong(call_id=ping.call_id))
-        fut.result(2)
+        answered_ping(conn, fake, peer)        # and a waiting thread takes the socket back
     finally:
         conn.close()
 
@@ -223,9 +227,7 @@ def test_close_fails_a_waiting_request_at_once(fake: FakeScheduler) -> None:
 
     from specgen.runtime.transport import RuntimeFailure
 
-    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
-    peer = fake.welcome()
-    conn.wait_welcome()
+    conn, peer = connected(fake)
     errors: list = []
 
     def wait() -> None:
@@ -247,10 +249,8 @@ def test_close_fails_a_waiting_request_at_once(fake: FakeScheduler) -> None:
 def test_a_kept_result_is_re_sent_until_acknowledged(fake: FakeScheduler) -> None:
     from specgen.messages import CandidateUpdate, Verdict, WorkDone
 
-    conn = PeerConnection(fake.address, "client", "c", SETTINGS).start()
+    conn, peer = connected(fake)
     try:
-        peer = fake.welcome("s1")
-        conn.wait_welcome()
         upd = CandidateUpdate(job_id="j", candidate_id="c", stage="validate", verdict=Verdict(stage="validate"))
         conn.send_kept(WorkDone(request_id="r1", update=upd))
         _, done = fake.recv(WorkDone)
@@ -265,8 +265,12 @@ def test_a_kept_result_is_re_sent_until_acknowledged(fake: FakeScheduler) -> Non
         fake.send(peer, HeartbeatAck(scheduler_id="s3"))
         peer = fake.welcome("s3")
         fut = conn.call(Ping(call_id=0))
-        _, ping = fake.recv(Ping)         # the next message after the Hello is the ping, not a result
-        fake.send(peer, Pong(call_id=ping.call_id))
+        while True:                       # what follows the Hello: heartbeats, the ping, no result
+            _, msg = fake.recv()
+            assert not isinstance(msg, WorkDone), "an acknowledged result was sent again"
+            if isinstance(msg, Ping):
+                break
+        fake.send(peer, Pong(call_id=msg.call_id))
         fut.result(2)
     finally:
         conn.close()
