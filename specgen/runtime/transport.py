@@ -438,13 +438,13 @@ class PeerConnection:
         burst) or to let go; the keeper lets go as soon as we wait."""
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         if self._leader == threading.get_ident():   # a callback on the leading thread waits
-            self._pump(done, deadline)
+            self._pump(done, deadline, yield_to_waiters=False)
             return
         while not done() and not self._closed:
             if not self._lead(done, deadline):
                 return
             try:
-                self._pump(done, deadline)
+                self._pump(done, deadline, yield_to_waiters=False)
             finally:
                 self._resign()
             if time.monotonic() >= deadline:
@@ -478,14 +478,14 @@ class PeerConnection:
             if self._waiting:
                 self._cv.notify_all()
 
-    def _pump(self, done: Callable[[], bool], deadline: float) -> None:
-        """The leading thread's loop: receive and dispatch, send what others queued, tick."""
+    def _pump(self, done: Callable[[], bool], deadline: float, yield_to_waiters: bool) -> None:
+        """The leading thread's loop: receive and dispatch, send what others queued, tick. The
+        keeper (`yield_to_waiters`) returns as soon as another thread waits to lead."""
         sock, wake_fd, monitor = self._sock, self._wake_fd, self._monitor
-        keeper = self._keeper_leads and self._keeper.ident == threading.get_ident()
         while not self._closed:
             if self._out:
                 self._flush_out()
-            if done() or (keeper and self._waiting):
+            if done() or (yield_to_waiters and self._waiting):
                 return
             now = time.monotonic()
             if now >= self._next_tick:
@@ -541,7 +541,7 @@ class PeerConnection:
                     else:
                         self._cv.wait(KEEPER_TAKEOVER_S)
             try:
-                self._pump(lambda: False, math.inf)
+                self._pump(lambda: False, math.inf, yield_to_waiters=True)
             except Exception:  # noqa: BLE001 - keep the connection alive whatever a tick did
                 log.exception("%s: keeper failed", self.name)
             finally:

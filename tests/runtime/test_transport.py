@@ -274,3 +274,27 @@ def test_a_kept_result_is_re_sent_until_acknowledged(fake: FakeScheduler) -> Non
         fut.result(2)
     finally:
         conn.close()
+
+
+def test_a_callback_may_wait_for_a_reply_on_the_thread_that_delivered_it(fake: FakeScheduler) -> None:
+    """The keeper delivers a message whose handler makes a blocking request: the handler's wait
+    drives the socket from the same thread (nested), so its reply still arrives."""
+    from specgen.messages import CancelWork
+
+    replies: list = []
+    holder: dict = {}
+
+    def on_message(msg) -> None:
+        if isinstance(msg, CancelWork):
+            replies.append(holder["conn"].request(Ping(call_id=0, payload=b"inner"), 5))
+
+    conn, peer = connected(fake, on_message=on_message)
+    holder["conn"] = conn
+    try:
+        fake.send(peer, CancelWork(request_id="r1"))
+        _, inner = fake.recv(Ping)
+        fake.send(peer, Pong(call_id=inner.call_id, payload=b"inner"))
+        wait_for(lambda: replies, 5, "the handler's request to be answered")
+        assert replies[0].payload == b"inner"
+    finally:
+        conn.close()
