@@ -2,7 +2,8 @@
 
 The main thread runs the loop and alone touches the sockets: wait for a message, take a batch
 (malformed frames are answered with an ErrorReply there and never reach the core), feed it to the
-core, run the timers, assign work, commit the journal, and only then send the batch's replies.
+core, run the timers, commit the journal and only then send the replies; then assign work and send
+the assignments, again after a commit.
 ZeroMQ's own I/O threads do the network I/O, so the loop never blocks on a peer, and it is never
 busy for long (a decision takes microseconds), so no Python I/O thread stands between it and its
 peers (see runtime/transport.py). Reasoner processes are started and stopped here, watched by
@@ -126,8 +127,7 @@ class SchedulerActor:
                 frame = recv_frame(sock, 0, False)
                 frames.append(frame.buffer)
             try:
-                msg = wire.decode_frame(frames[0]) if len(frames) == 1 and len(frames[0]) <= limit \
-                    else wire.decode(frames, limit)
+                msg = wire.decode(frames, limit)
             except wire.WireError as exc:
                 self.rejected += 1
                 log.warning("refused a message from %r: %s", peer[:40], exc.message)

@@ -59,17 +59,9 @@ _MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 def send_frames(sock: zmq.Socket, frames: list) -> None:
     """Send one message without blocking; raises zmq.ZMQError (Again at the high-water mark,
     EHOSTUNREACH for an unknown peer on a ROUTER_MANDATORY socket)."""
-    n = len(frames)
-    if n == 1:                  # a peer's message
-        _send_frame(sock, frames[0], NOBLOCK)
-        return
-    if n == 2:                  # the scheduler's: [peer, message]
-        _send_frame(sock, frames[0], _MORE_NOBLOCK)
-        _send_frame(sock, frames[1], NOBLOCK)
-        return
-    last = len(frames) - 1
-    for i, frame in enumerate(frames):
-        _send_frame(sock, frame, _MORE_NOBLOCK if i < last else NOBLOCK)
+    for frame in frames[:-1]:
+        _send_frame(sock, frame, _MORE_NOBLOCK)
+    _send_frame(sock, frames[-1], NOBLOCK)
 
 
 class RuntimeFailure(SpecgenError):
@@ -250,8 +242,6 @@ class PeerConnection:
         self.auth_error: str | None = None
         self.scheduler_failure: str | None = None
         self.handshake_failures = 0
-        self.sent = 0
-        self.received = 0
         self._closed = False
         sock = self.ctx.socket(zmq.DEALER)
         configure(sock, settings)
@@ -421,7 +411,6 @@ class PeerConnection:
     def _send_now(self, frames: list[bytes]) -> None:
         try:
             send_frames(self._sock, frames)
-            self.sent += 1
         except zmq.ZMQError as exc:   # EAGAIN: the high-water mark is reached
             log.warning("%s: dropped a message: %s", self.name, exc)
 
@@ -509,7 +498,6 @@ class PeerConnection:
                         frame = recv_frame(sock, NOBLOCK)
                     except zmq.Again:
                         break
-                    self.received += 1
                     try:
                         self._on_frame(frame)
                     except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
@@ -612,9 +600,7 @@ class PeerConnection:
 
     def _on_frame(self, frame: bytes) -> None:
         try:
-            if len(frame) > 2 * self.settings.max_message_bytes:
-                wire.decode([frame], 2 * self.settings.max_message_bytes)   # raises the error
-            msg = wire.decode_frame(frame)
+            msg = wire.decode_frame(frame, 2 * self.settings.max_message_bytes)
         except wire.WireError as exc:
             log.warning("%s: refused a message from the scheduler: %s", self.name, exc.message)
             return

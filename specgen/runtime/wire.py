@@ -50,26 +50,29 @@ def _call_id_of(body: bytes | memoryview) -> int:
     return ref if isinstance(ref, int) and not isinstance(ref, bool) else 0
 
 
+def _too_large(size: int, max_bytes: int, ref: int) -> WireError:
+    return WireError(
+        "too_large",
+        f"message of {size} bytes exceeds the limit of {max_bytes} bytes "
+        "(setting max_message_bytes); send less per message",
+        ref,
+    )
+
+
 def decode(frames: list[bytes], max_bytes: int) -> _Wire:
     """Decode a message's frames (routing frames already removed): one, header + body."""
-    size = len(frames[0]) if len(frames) == 1 else sum(len(f) for f in frames)
+    if len(frames) == 1:
+        return decode_frame(frames[0], max_bytes)
+    size = sum(len(f) for f in frames)
     if size > max_bytes:
-        ref = _call_id_of(memoryview(frames[0])[HEADER_BYTES:]) if len(frames) == 1 else 0
-        raise WireError(
-            "too_large",
-            f"message of {size} bytes exceeds the limit of {max_bytes} bytes "
-            "(setting max_message_bytes); send less per message",
-            ref,
-        )
-    if len(frames) != 1:
-        raise WireError(
-            "malformed", f"expected 1 frame (header + body), got {len(frames)}"
-        )
-    return decode_frame(frames[0])
+        raise _too_large(size, max_bytes, 0)
+    raise WireError("malformed", f"expected 1 frame (header + body), got {len(frames)}")
 
 
-def decode_frame(frame: bytes) -> _Wire:
-    """Decode one frame (size already checked)."""
+def decode_frame(frame: bytes, max_bytes: int) -> _Wire:
+    """Decode a message that came as one frame."""
+    if len(frame) > max_bytes:
+        raise _too_large(len(frame), max_bytes, _call_id_of(memoryview(frame)[HEADER_BYTES:]))
     header = frame[:HEADER_BYTES]
     if len(frame) < HEADER_BYTES or header[:2] != MAGIC:
         raise WireError(
