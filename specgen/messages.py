@@ -41,6 +41,7 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     ref_cached: bool = False                # ref_ms came from the per-problem reference-timing cache
     floor_ms: float | None = None           # physical floor of the problem on this device, when known
     notes: list[str] = []                   # checks skipped and why (e.g. no second shape possible)
+    sandbox: str = "none"                   # how the run was isolated: "namespaces" | "none"
 
 
 class CandidateSubmission(msgspec.Struct, kw_only=True, gc=False):

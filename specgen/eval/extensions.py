@@ -2,12 +2,18 @@
 
 Inside a runner, `load_inline` is replaced before the candidate's module runs:
 
-* In a build subprocess (`mode="build"`) it compiles for real, in the worker's own build
-  directory (one per worker and extension key, so parallel builds never share ninja's lock file),
-  then copies the library into the shared cache under the hash of its arguments, atomically.
+* In a build subprocess (`mode="build"`) it compiles for real, in the build directory the
+  worker gave it (one per build, so parallel builds never share ninja's lock file), and reports
+  each library's path; the worker, not the build process, copies it into the cache
+  (`publish_builds`). The build process runs the candidate's module, so it is as untrusted as the
+  candidate: it sees the cache read-only.
 * In a run subprocess (`mode="run"`) it loads the cached library without compiling; only a
   cache miss (an argument computed at run time) builds in-process. A cached build failure is
   raised again at once instead of compiling again.
+
+The cache is scoped by the candidate's source hash (`<cache>/ext/<sha256>/<key>/`): a library is
+only ever loaded by the candidate whose own build produced it, so no candidate can plant code
+that another candidate's run would load.
 
 Either way it returns a proxy of the extension module that counts calls to its functions and
 the exceptions they raise, so the guards can tell a kernel that never ran (an extension that
@@ -20,7 +26,9 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import time
 import types
@@ -91,11 +99,12 @@ def arguments_key(bound: inspect.BoundArguments) -> str:
 
 
 class ExtensionCache:
-    """Shared on-disk cache: `<cache>/ext/<key>/<name>.so`, or `<key>/FAILED` with the error."""
+    """On-disk cache of one candidate's libraries: `<cache>/ext/<scope>/<key>/<name>.so`, or
+    `<key>/FAILED` with the error. Read by runners; written by the worker (and by a runner only
+    where it can write, i.e. outside a sandbox)."""
 
-    def __init__(self, cache_dir: Path) -> None:
-        self.root = cache_dir / "ext"
-        self.root.mkdir(parents=True, exist_ok=True)
+    def __init__(self, cache_dir: Path, scope: str) -> None:
+        self.root = cache_dir / "ext" / scope
 
     def library(self, key: str, name: str) -> Path | None:
         path = self.root / key / f"{name}.so"
@@ -109,12 +118,12 @@ class ExtensionCache:
         # Fill a private directory, then rename it into place: readers never see half a build,
         # and two workers publishing the same key keep whichever came first.
         staging = self.root / f".{key}.{os.getpid()}.{time.monotonic_ns()}"
-        staging.mkdir(parents=True)
         try:
+            staging.mkdir(parents=True)
             fill(staging)
             os.rename(staging, self.root / key)
         except OSError:
-            pass  # already published by another worker
+            pass  # already published by another worker, or a read-only view (a sandbox)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
@@ -124,6 +133,37 @@ class ExtensionCache:
 
     def store_failure(self, key: str, error: str) -> None:
         self._publish(key, lambda d: (d / "FAILED").write_text(error))
+
+
+def publish_builds(cache_dir: Path, scope: str, build_dir: Path,
+                   records: list[BuildRecord]) -> None:
+    """Copy what a build process reported into the cache (the worker's side of a build).
+
+    The records come from untrusted code: a key or name that is not a plain token, or a library
+    that is not a regular file inside `build_dir` (a symbolic link, say), is skipped.
+    """
+    cache = ExtensionCache(cache_dir, scope)
+    root = build_dir.resolve()
+    for record in records:
+        if not (_TOKEN.fullmatch(record.key) and _TOKEN.fullmatch(record.name)):
+            continue
+        if not record.ok:
+            if record.error and not record.cached:
+                cache.store_failure(record.key, record.error[:2000])
+            continue
+        if not record.library:
+            continue
+        library = Path(record.library)
+        try:
+            inside = library.parent.resolve().is_relative_to(root)
+            regular = stat.S_ISREG(os.lstat(library).st_mode)
+        except OSError:
+            continue
+        if inside and regular:
+            cache.store_library(record.key, record.name, library)
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_]{1,128}")
 
 
 def _import_library(name: str, path: Path, is_python_module: bool) -> Any:
@@ -139,13 +179,15 @@ def _import_library(name: str, path: Path, is_python_module: bool) -> Any:
     return module
 
 
-def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger) -> None:
-    """Replace load_inline (mode "build" or "run") for the rest of this process."""
+def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger,
+            scope: str) -> None:
+    """Replace load_inline (mode "build" or "run") for the rest of this process; `scope` is the
+    candidate's source hash (computed before its module runs)."""
     import torch.utils.cpp_extension as cpp_extension
 
     real = cpp_extension.load_inline
     signature = inspect.signature(real)
-    cache = ExtensionCache(cache_dir)
+    cache = ExtensionCache(cache_dir, scope)
 
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
@@ -180,7 +222,8 @@ def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger) -
         if built.is_file():
             cache.store_library(key, name, built)
         ledger.builds.append(BuildRecord(name=name, key=key, ok=True,
-                                         seconds=time.monotonic() - started))
+                                         seconds=time.monotonic() - started,
+                                         library=str(built) if built.is_file() else ""))
         if mode == "build" or not is_python_module:
             return module
         return CountingModule(module, ledger)

@@ -104,6 +104,9 @@ class Evaluation:
 
     # ------------------------------------------------------------------ setup
     def run(self) -> None:
+        if self.job.stage == "reference":
+            self._time_reference()
+            return
         with self._timed("load"):
             self._load()
         stage = self.job.stage
@@ -122,15 +125,14 @@ class Evaluation:
         if stage in ("profile", "full") and self.verdict.correct:
             self._profile()
 
-    def _load(self) -> None:
+    def _load_problem(self) -> None:
         job = self.job
-        job_dir = Path(job.job_dir)
         os.environ["SPECGEN_PROBLEM_SCALE"] = self.options.resolved_scale(
             "cuda" if self.cuda else "cpu")
         problem = problem_from_text(job.problem_source, name=job.problem_name)
-        self.candidate = candidate_from_text(job.candidate_source)
         try:
-            self.problem = exec_source(problem, f"specgen_problem_{problem.sha256[:12]}", job_dir)
+            self.problem = exec_source(problem, f"specgen_problem_{problem.sha256[:12]}",
+                                       Path(job.job_dir))
             self.get_inputs: Callable[[], Any] = self.problem.get_inputs
             self._seed(self.base_seed - 1)
             self.init_inputs = list(self.problem.get_init_inputs())
@@ -138,9 +140,45 @@ class Evaluation:
             self.fail(f"problem {job.problem_name} failed to load: {type(exc).__name__}: {exc}")
             raise _Stop from None
 
+    def _make_reference(self) -> None:
+        try:
+            self._seed(self.base_seed)
+            self.ref = self.problem.Model(*self.init_inputs).to(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            self.fail(f"problem {self.job.problem_name}: Model(*get_init_inputs()) raised "
+                      f"{type(exc).__name__}: {exc}")
+            raise _Stop from None
+
+    def _time_reference(self) -> None:
+        """Stage "reference": the problem alone, timed in a process no candidate ever ran in,
+        so the timing the worker caches for every later candidate is one no candidate touched."""
+        with self._timed("load"):
+            self._load_problem()
+            self._make_reference()
+        sets = self._input_sets()
+        ref_sets = [self.clone(s) for s in sets]
+        timer = Timer(self.device, self.options.l2_flush_mb)
+        with self._timed("ref_timing"):
+            stats = timer.time(lambda ins: self.ref(*ins), ref_sets, self.options.warmup,
+                               self.options.timing_trials)
+            compiled_ms = self._time_compiled(timer, ref_sets)
+        self.verdict.ref_ms, self.verdict.ref_compiled_ms = stats.median_ms, compiled_ms
+        self.new_ref_timing = RefTiming(ref_ms=stats.median_ms, ref_spread=stats.spread,
+                                        ref_compiled_ms=compiled_ms, samples=stats.samples)
+
+    def _load(self) -> None:
+        job = self.job
+        job_dir = Path(job.job_dir)
+        self.candidate = candidate_from_text(job.candidate_source)
+        self._load_problem()
+        # The worker already refused a candidate with static flags before starting it; they are
+        # checked again here for callers that run a job directly.
         for flag in scan_source(self.candidate.tree):
             self.flag(flag)
-        extensions.install("run", Path(job.cache_dir), Path(job.build_dir), self.ledger)
+        if self.flags:
+            raise _Stop
+        extensions.install("run", Path(job.cache_dir), Path(job.build_dir), self.ledger,
+                           scope=self.candidate.sha256)
         LaunchCounter(self.ledger).install()
         self.threads.install()
         self.precision0 = precision_state()
@@ -156,13 +194,7 @@ class Evaluation:
             raise _Stop from None
         self._check_globals()
         seed = self.base_seed
-        try:
-            self._seed(seed)
-            self.ref = self.problem.Model(*self.init_inputs).to(self.device)
-        except BaseException as exc:  # noqa: BLE001
-            self.fail(f"problem {job.problem_name}: Model(*get_init_inputs()) raised "
-                      f"{type(exc).__name__}: {exc}")
-            raise _Stop from None
+        self._make_reference()
         try:
             self._seed(seed)
             self.cand = model_new(*self.init_inputs)

@@ -41,6 +41,13 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True):
     memory_limit_mb: int = 8192             # host memory a candidate may add on top of the runner's
     gpu_memory_fraction: float = 0.9        # share of the GPU's memory the runner may allocate
 
+    # --- isolation (eval/sandbox.py)
+    sandbox: str = "required"               # "required": refuse candidates where no sandbox can be
+    #                                         made; "optional": run them unsandboxed there (labelled
+    #                                         sandbox "none"); "off": never sandbox (trusted code only)
+    scratch_mb: int = 1024                  # size of a sandboxed run's private /tmp
+    max_processes: int = 512                # processes and threads a sandboxed run may have
+
     # --- where
     cache_dir: str | None = None            # shared build and reference-timing cache; None: work_dir/cache
     problem_scale: str = "auto"             # SPECGEN_PROBLEM_SCALE for the problem: auto = small on CPU

@@ -1,6 +1,7 @@
 """Runner subprocesses seen from the worker: start, hand one job, watch, kill.
 
-Each runner is its own process session, so killing it kills whatever it started too. While a
+Each runner is its own process session inside its own sandbox (eval/sandbox.py), so killing it
+kills whatever it started too. While a
 job runs the worker watches three things: the wall-clock deadline (`EvalOptions.timeout_s`), the
 runner's resident memory (`EvalOptions.memory_limit_mb` on top of what it held when ready) and a
 cancel request. `SparePool` keeps runners started ahead of need; each is used for one job only.
@@ -21,6 +22,7 @@ import msgspec
 
 import specgen
 from specgen.eval.protocol import FrameReader, RunnerReady, write_frame
+from specgen.eval.sandbox import SCRATCH, SandboxError, SandboxSpec, launcher, map_ids, minimal_env
 
 _POLL_S = 0.1
 
@@ -29,14 +31,23 @@ class RunnerError(RuntimeError):
     """A runner failed to start or to answer (the message says why and which setting applies)."""
 
 
-def runner_env(device: str, extra: dict[str, str]) -> dict[str, str]:
-    """The environment of a runner for `device` ("cpu", "cuda:N" or "build")."""
-    env = dict(os.environ)
+def runner_env(device: str, extra: dict[str, str], sandboxed: bool) -> dict[str, str]:
+    """The environment of a runner for `device` ("cpu", "cuda:N" or "build").
+
+    Built from an allow list (sandbox.minimal_env), never a copy of the worker's: no SPECGEN_*
+    setting, scheduler address, socket path or key reaches candidate code.
+    """
+    env = minimal_env()
     package_root = str(Path(specgen.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["MALLOC_ARENA_MAX"] = "2"  # bounded address space per thread (the CPU memory limit is one)
-    env.pop("SPECGEN_PROBLEM_SCALE", None)
+    if sandboxed:
+        # The private tmpfs (sandbox.SCRATCH) is the only writable place inside.
+        env.update(HOME=f"{SCRATCH}/home", TMPDIR=SCRATCH, XDG_CACHE_HOME=f"{SCRATCH}/cache",
+                   TRITON_CACHE_DIR=f"{SCRATCH}/cache/triton",
+                   TORCH_EXTENSIONS_DIR=f"{SCRATCH}/cache/torch_extensions")
     if device.startswith("cuda"):
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -65,8 +76,9 @@ class RunnerProcess:
     """One runner subprocess and the two pipes to it."""
 
     def __init__(self, mode: str, device: str, env: dict[str, str], log_path: Path,
-                 cwd: Path) -> None:
+                 cwd: Path, sandbox: SandboxSpec | None = None, uid: int | None = None) -> None:
         self.mode = mode
+        self.sandboxed = sandbox is not None
         self.log_path = log_path
         self.spawned_at = time.monotonic()
         job_read, self._job_write = os.pipe()
@@ -74,19 +86,33 @@ class RunnerProcess:
         inner_device = "cuda:0" if device.startswith("cuda") else "cpu"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cwd.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "specgen.eval.runner", "--mode", mode,
+                   "--job-fd", str(job_read), "--result-fd", str(result_write),
+                   "--device", inner_device]
+        if sandbox is not None:
+            command = launcher(sandbox, uid) + command
         with open(log_path, "wb") as log:
+            # Its own process session: killing the group kills the launcher and the runner; a
+            # sandboxed runner's escaped descendants die with its PID namespace.
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specgen.eval.runner", "--mode", mode,
-                 "--job-fd", str(job_read), "--result-fd", str(result_write),
-                 "--device", inner_device, "--parent", str(os.getpid())],
-                pass_fds=(job_read, result_write), stdin=subprocess.DEVNULL, stdout=log,
+                command, pass_fds=(job_read, result_write), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=env, cwd=str(cwd), start_new_session=True)
         os.close(job_read)
         os.close(result_write)
         self._reader = FrameReader(result_read)
+        self.runner_pid = self.proc.pid
         self.ready: RunnerReady | None = None
         self.ready_rss = 0
         self._signalled = False
+        if sandbox is not None and uid is not None:
+            try:
+                map_ids(self.proc.pid, uid)
+            except (SandboxError, OSError) as exc:
+                self.signal_kill()
+                self.proc.wait()
+                os.close(self._job_write)
+                os.close(self._reader.fd)
+                raise RunnerError(f"sandbox: {exc}") from None
 
     @property
     def pid(self) -> int:
@@ -110,8 +136,23 @@ class RunnerProcess:
             raise RunnerError(f"runner exited during start-up ({self.exit_description()}); "
                               f"log: {self.log_tail()}")
         self.ready = ready
-        self.ready_rss = rss_bytes(self.pid)
+        self.runner_pid = self._find_runner_pid()
+        self.ready_rss = rss_bytes(self.runner_pid)
         return ready
+
+    def _find_runner_pid(self) -> int:
+        """The runner's pid as this host sees it: in a sandbox, the launcher's one child."""
+        if not self.sandboxed:
+            return self.proc.pid
+        try:
+            for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+                with open(f"/proc/{self.proc.pid}/task/{task}/children") as children:
+                    found = children.read().split()
+                if found:
+                    return int(found[0])
+        except (OSError, ValueError):
+            pass
+        return self.proc.pid
 
     def send(self, job: msgspec.Struct) -> None:
         try:
@@ -145,7 +186,7 @@ class RunnerProcess:
                 self.kill()
                 return None, f"timed out after {timeout_s:.0f} s ({timeout_setting})"
             if limit is not None:
-                rss = rss_bytes(self.pid)
+                rss = rss_bytes(self.runner_pid)
                 if rss > limit:
                     self.kill()
                     return None, (f"memory limit exceeded: resident memory reached "

@@ -44,7 +44,7 @@ class RefTiming(msgspec.Struct, kw_only=True):
 class RunJob(msgspec.Struct, kw_only=True):
     """One candidate to evaluate, sent to a ready runner (which then exits)."""
 
-    stage: str                           # "validate" | "profile" | "full"
+    stage: str                           # "validate" | "profile" | "full" | "reference"
     problem_source: str
     problem_name: str
     candidate_source: str
@@ -76,6 +76,7 @@ class BuildRecord(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
     cached: bool = False                 # found in the cache, nothing compiled
     error: str | None = None
+    library: str = ""                    # path of the built library in the build directory
 
 
 class BuildResult(msgspec.Struct, kw_only=True):

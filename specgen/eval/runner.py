@@ -10,7 +10,8 @@ a poisoned CUDA context, leaked threads) dies with it.
 
 The worker sets the environment: `CUDA_VISIBLE_DEVICES` to the one GPU of the worker (or none),
 `TRITON_INTERPRET=1` on the CPU, cache and build directories. A watchdog thread exits the runner
-when its worker goes away, so no runner outlives it.
+when its worker goes away, so no runner outlives it. Inside a sandbox (eval/sandbox.py) the
+runner is PID 1 of its namespace: everything the candidate starts dies with it.
 """
 from __future__ import annotations
 
@@ -18,17 +19,22 @@ import argparse
 import os
 import platform
 import resource
+import select
 import sys
 import threading
 import time
 from typing import Any
 
 
-def _watch_parent(parent: int) -> None:
+def _watch_worker(job_fd: int) -> None:
+    """Exit once the worker is gone: it holds the job pipe's write end until it kills us, so a
+    hang-up there means it died (a parent-pid check cannot work from PID 1 of a sandbox)."""
+    poller = select.poll()
+    poller.register(job_fd, select.POLLHUP | select.POLLERR)
     while True:
-        if os.getppid() != parent:
-            os._exit(3)
-        time.sleep(0.5)
+        for _, event in poller.poll():
+            if event & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                os._exit(3)
 
 
 def _vm_bytes() -> int:
@@ -57,10 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-fd", type=int, required=True)
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--parent", type=int, default=os.getppid())
     args = parser.parse_args(argv)
-    threading.Thread(target=_watch_parent, args=(args.parent,), daemon=True,
-                     name="specgen-parent-watch").start()
+    threading.Thread(target=_watch_worker, args=(args.job_fd,), daemon=True,
+                     name="specgen-worker-watch").start()
 
     import torch
 
@@ -146,8 +151,9 @@ def _build(job: "BuildJob") -> "BuildResult":
 
     began = time.monotonic()
     ledger = KernelLedger()
-    extensions.install("build", Path(job.cache_dir), Path(job.build_dir), ledger)
     candidate = candidate_from_text(job.candidate_source)
+    extensions.install("build", Path(job.cache_dir), Path(job.build_dir), ledger,
+                       scope=candidate.sha256)
     module_error = None
     try:
         exec_source(candidate, f"specgen_candidate_{candidate.sha256[:12]}",

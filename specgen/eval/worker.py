@@ -12,24 +12,34 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import msgspec
 
 from specgen.errors import UsageError
+from specgen.eval import sandbox
+from specgen.eval.extensions import publish_builds
 from specgen.eval.loader import CandidateSource, candidate_from_text, problem_from_text
 from specgen.eval.options import EvalOptions
 from specgen.eval.process import RunnerError, RunnerProcess, SparePool, runner_env
 from specgen.eval.protocol import (BuildJob, BuildResult, RefTiming, RunJob, RunnerReady,
                                    RunResult)
+from specgen.eval.redact import redact_verdict
+from specgen.eval.sandbox import SandboxSpec, SandboxStatus
+from specgen.eval.static_guards import scan_source
 from specgen.messages import CandidateSubmission, Verdict
 
+log = logging.getLogger(__name__)
+
 STAGES = ("validate", "profile", "full")
+SANDBOX_MODES = ("required", "optional", "off")
 _BUILD_MEMORY_MB = None  # builds are the compiler's: only the wall clock limits them
 
 
@@ -92,7 +102,9 @@ class EvalWorker:
 
     def __init__(self, device: str = "cpu", work_dir: Path | str = ".specgen-eval",
                  spare_processes: int = 1, options: EvalOptions | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, hidden_paths: Sequence[str | Path] = ()) -> None:
+        """`hidden_paths`: directories candidates must not see beyond the defaults (the
+        cluster's state, key and socket directories); the work directory is always hidden."""
         if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise UsageError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
         if spare_processes < 0:
@@ -101,6 +113,11 @@ class EvalWorker:
         self.work_dir = Path(work_dir).resolve()
         self.spare_processes = spare_processes
         self.options = options or EvalOptions()
+        if self.options.sandbox not in SANDBOX_MODES:
+            raise UsageError(f"EvalOptions.sandbox must be one of {', '.join(SANDBOX_MODES)}, "
+                             f"got {self.options.sandbox!r}")
+        self.hidden_paths = [str(Path(p).resolve()) for p in hidden_paths]
+        self.sandbox_status = SandboxStatus(sandbox.NONE, "not started")
         self.name = name or f"{os.uname().nodename}/{device}"
         self.cache_dir = Path(self.options.cache_dir).resolve() if self.options.cache_dir \
             else self.work_dir / "cache"
@@ -124,8 +141,27 @@ class EvalWorker:
             (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._ref_cache = RefTimingCache(self.cache_dir)
-        self._pool = SparePool(self._new_runner, self.spare_processes)
+        if self.options.sandbox == "off":
+            self.sandbox_status = SandboxStatus(sandbox.NONE, "switched off (EvalOptions.sandbox='off')")
+        else:
+            self.sandbox_status = sandbox.probe()
+        if self.sandbox_status.kind == sandbox.NONE:
+            refusing = self.refuses_candidates
+            log.warning("worker %s: candidates run WITHOUT a sandbox: %s%s", self.name,
+                        self.sandbox_status.detail,
+                        "; they are refused (EvalOptions.sandbox='required')" if refusing else "")
+        self._pool = SparePool(self._new_runner,
+                               0 if self.refuses_candidates else self.spare_processes)
         self._pool.start()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox_status.kind == sandbox.NAMESPACES
+
+    @property
+    def refuses_candidates(self) -> bool:
+        """No sandbox here and the options do not allow running without one."""
+        return not self.sandboxed and self.options.sandbox == "required"
 
     def close(self) -> None:
         """Kill the spares and any running runner; no process outlives this."""
@@ -151,7 +187,7 @@ class EvalWorker:
         if arch:
             # Build processes see no GPU: they must be told which architecture to compile for.
             extra["TORCH_CUDA_ARCH_LIST"] = arch
-        return runner_env(device, extra)
+        return runner_env(device, extra, self.sandboxed)
 
     def _capability(self) -> str:
         if not self.device.startswith("cuda"):
@@ -162,12 +198,21 @@ class EvalWorker:
             self._queried_capability = query_capability(self.device)
         return self._queried_capability
 
-    def _new_runner(self, mode: str = "run") -> RunnerProcess:
+    def _new_runner(self, mode: str = "run", build_dir: Path | None = None) -> RunnerProcess:
         device = self.device if mode == "run" else "build"
         serial = next(self._ids)
+        spec = None
+        if self.sandboxed:
+            hidden = [*sandbox.DEFAULT_HIDDEN, os.path.expanduser("~"), str(self.work_dir),
+                      *self.hidden_paths]
+            spec = SandboxSpec(hidden=hidden, readonly=[*sandbox.needed_paths(), str(self.cache_dir)],
+                               writable=[str(build_dir)] if build_dir else [],
+                               devices=sandbox.device_nodes(),
+                               scratch_mb=self.options.scratch_mb,
+                               max_processes=self.options.max_processes)
         return RunnerProcess(mode, self.device if mode == "run" else "cpu", self._env(device),
                              self.work_dir / "logs" / f"{mode}-{os.getpid()}-{serial}.log",
-                             self.work_dir / "runs")
+                             self.work_dir / "runs", sandbox=spec, uid=sandbox.outer_uid())
 
     @property
     def ready_info(self) -> RunnerReady | None:
@@ -237,9 +282,17 @@ class EvalWorker:
             _INFLIGHT.release(key)
 
     def _run_build(self, candidate: CandidateSource, marker: Path, slot: str) -> BuildResult:
-        build_dir = self.work_dir / "build" / slot
-        runner = self._new_runner("build")
+        build_dir = self.work_dir / "build" / f"{slot}-{next(self._ids)}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        uid = sandbox.outer_uid()
+        if self.sandboxed and uid is not None:
+            os.chown(build_dir, uid, uid)
         began = time.monotonic()
+        try:
+            runner = self._new_runner("build", build_dir)
+        except (RunnerError, sandbox.SandboxError) as exc:
+            shutil.rmtree(build_dir, ignore_errors=True)
+            return BuildResult(module_error=f"build process failed: {exc}", seconds=0.0)
         try:
             with self._lock:
                 if slot == "run":
@@ -260,8 +313,14 @@ class EvalWorker:
                 if slot == "run":
                     self._current = None
         if result is None:
+            shutil.rmtree(build_dir, ignore_errors=True)
             return BuildResult(module_error=f"build {why}", seconds=time.monotonic() - began)
         assert isinstance(result, BuildResult)
+        # The build process ran the candidate's module: only the worker writes the cache.
+        publish_builds(self.cache_dir, candidate.sha256, build_dir, result.records)
+        shutil.rmtree(build_dir, ignore_errors=True)
+        for record in result.records:
+            record.library = ""
         if result.records and all(r.ok or r.error for r in result.records):
             marker.parent.mkdir(parents=True, exist_ok=True)
             staging = marker.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
@@ -290,6 +349,8 @@ class EvalWorker:
         finally:
             with self._lock:
                 self._run_id = None
+        redact_verdict(verdict)
+        verdict.sandbox = self.sandbox_status.kind
         verdict.stage = stage
         verdict.device = self.device
         verdict.stage_seconds["total"] = round(time.monotonic() - began, 4)
@@ -308,6 +369,15 @@ class EvalWorker:
             candidate = candidate_from_text(submission.candidate_source, problem=problem)
         except UsageError as exc:
             return Verdict(error=f"candidate source: {exc}", cpu_timing=cpu_timing)
+        if self.refuses_candidates:
+            return Verdict(error=(f"refused: this host cannot sandbox candidates "
+                                  f"({self.sandbox_status.detail}); set EvalOptions.sandbox="
+                                  f"'optional' (specgen-node --allow-unsandboxed) to run them anyway"),
+                           cpu_timing=cpu_timing)
+        # Static checks come before any of the candidate's code runs, in a build or a runner.
+        flags = scan_source(candidate.tree)
+        if flags:
+            return Verdict(flags=flags, cpu_timing=cpu_timing)
 
         build = self._build(candidate, slot="run")
         if candidate.needs_build:
@@ -330,16 +400,64 @@ class EvalWorker:
             runner.kill()
             runner.remove_log()
             return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
-        ref_key = RefTimingCache.key(problem.sha256, self.device, ready, self.options)
         ref_timing = None
         if stage != "validate" and self.options.cache_ref_timing:
+            ref_key = RefTimingCache.key(problem.sha256, self.device, ready, self.options)
             ref_timing = self._ref_cache.get(ref_key)
-        job_dir = self.work_dir / "jobs" / f"{runner.pid}-{_safe(submission.candidate_id)}"
+            if ref_timing is None:
+                # Measured in a runner of its own, before the candidate's: a timing measured in
+                # the candidate's process could be forged, and every later candidate's speedup
+                # would be computed from it.
+                reference = RunJob(stage="reference", problem_source=problem.text,
+                                   problem_name=problem.name, candidate_source="",
+                                   options=self.options, reported_device=self.device,
+                                   **self._job_paths(runner, "reference"))
+                ref_result, why = self._execute(runner, reference)
+                if ref_result is None or ref_result.ref_timing is None:
+                    error = ref_result.verdict.error if ref_result is not None else why
+                    return Verdict(error=f"reference timing failed: {error}",
+                                   cpu_timing=cpu_timing, stage_seconds=seconds)
+                ref_timing = ref_result.ref_timing
+                self._ref_cache.put(ref_key, ref_timing)
+                seconds["reference"] = ref_result.verdict.stage_seconds.get("ref_timing", 0.0)
+                try:
+                    runner, waited = self._pool.take(self.options.spawn_timeout_s)
+                except RunnerError as exc:
+                    return Verdict(error=f"no runner: {exc}", cpu_timing=cpu_timing,
+                                   stage_seconds=seconds)
+                seconds["spare_wait"] = round(seconds["spare_wait"] + waited, 4)
+                if not self._set_current(runner):
+                    runner.kill()
+                    runner.remove_log()
+                    return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
         job = RunJob(stage=stage, problem_source=problem.text, problem_name=problem.name,
                      candidate_source=candidate.text, options=self.options,
-                     reported_device=self.device, job_dir=str(job_dir),
-                     cache_dir=str(self.cache_dir), build_dir=str(self.work_dir / "build" / "run"),
-                     ref_timing=ref_timing)
+                     reported_device=self.device, ref_timing=ref_timing,
+                     **self._job_paths(runner, submission.candidate_id))
+        result, why = self._execute(runner, job)
+        if result is None:
+            verdict = Verdict(error=why if why == "cancelled" else f"candidate {why}",
+                              cpu_timing=cpu_timing)
+            verdict.stage_seconds = seconds
+            return verdict
+        verdict = result.verdict
+        if build.records and not any(r.ok for r in build.records) and verdict.error and \
+                build.records[0].error and build.records[0].error not in verdict.error:
+            verdict.error += f"; extension build: {build.records[0].error}"
+        verdict.stage_seconds = {**seconds, **verdict.stage_seconds}
+        return verdict
+
+
+    def _job_paths(self, runner: RunnerProcess, label: str) -> dict[str, str]:
+        """Where a job writes: inside a sandbox its private tmpfs, else the work directory."""
+        if runner.sandboxed:
+            return {"job_dir": f"{sandbox.SCRATCH}/job", "cache_dir": str(self.cache_dir),
+                    "build_dir": f"{sandbox.SCRATCH}/build"}
+        return {"job_dir": str(self.work_dir / "jobs" / f"{runner.pid}-{_safe(label)}"),
+                "cache_dir": str(self.cache_dir), "build_dir": str(self.work_dir / "build" / "run")}
+
+    def _execute(self, runner: RunnerProcess, job: RunJob) -> tuple[RunResult | None, str | None]:
+        """Hand `job` to `runner`, wait for its result, then kill the runner (used once only)."""
         try:
             runner.send(job)
             result, why = runner.wait_result(
@@ -351,21 +469,10 @@ class EvalWorker:
             self._set_current(None)
             runner.kill()
             runner.remove_log()
-            shutil.rmtree(job_dir, ignore_errors=True)
-        if result is None:
-            verdict = Verdict(error=why if why == "cancelled" else f"candidate {why}",
-                              cpu_timing=cpu_timing)
-            verdict.stage_seconds = seconds
-            return verdict
-        assert isinstance(result, RunResult)
-        if result.ref_timing is not None and self.options.cache_ref_timing:
-            self._ref_cache.put(ref_key, result.ref_timing)
-        verdict = result.verdict
-        if build.records and not any(r.ok for r in build.records) and verdict.error and \
-                build.records[0].error and build.records[0].error not in verdict.error:
-            verdict.error += f"; extension build: {build.records[0].error}"
-        verdict.stage_seconds = {**seconds, **verdict.stage_seconds}
-        return verdict
+            if not runner.sandboxed:
+                shutil.rmtree(job.job_dir, ignore_errors=True)
+        assert result is None or isinstance(result, RunResult)
+        return result, why
 
 
 def query_capability(device: str) -> str:

@@ -42,6 +42,12 @@ def submission(problem: str, candidate_source: str, candidate_id: str | None = N
                                candidate_source=candidate_source)
 
 
+def concealed(code: str) -> str:
+    """`code` as one expression the static checks cannot read (hex-encoded `exec`), as an
+    attacker would hide it: for tests of what happens once such code runs."""
+    return f"exec(bytes.fromhex({code.encode().hex()!r}).decode())"
+
+
 def codes(verdict: Verdict) -> list[str]:
     return [flag.split(":", 1)[0] for flag in verdict.flags]
 

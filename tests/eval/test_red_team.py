@@ -2,16 +2,19 @@
 
 Every cheating candidate in `redteam/` names its problem and the reason it must be rejected for:
 `# expect: <flag code>` (the verdict's flags must carry that code) or `# expect: error:<text>`
-(the verdict's error must say it). Candidates in `honest/` and the bundled reference candidates
+(the verdict's error must say it). A cheat the static checks already flag is refused before any
+of its code runs, with exactly those flags. Candidates in `honest/` and the bundled reference candidates
 must come out correct with no flag at all.
 """
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
-from specgen.eval import FLAG_CODES
+from specgen.eval import FLAG_CODES, flag_code
+from specgen.eval.static_guards import scan_source
 from tests.eval.conftest import BUNDLED, HERE, codes, header, submission
 
 CHEATS = sorted((HERE / "redteam").glob("*.py"))
@@ -44,7 +47,12 @@ def test_cheat_is_rejected_for_its_reason(cpu_worker, path: Path) -> None:
     if expect.startswith("error:"):
         assert verdict.error is not None and expect[len("error:"):] in verdict.error, verdict
     else:
-        assert expect in codes(verdict), verdict
+        static = [flag_code(f) for f in scan_source(ast.parse(path.read_text()))]
+        if static:
+            # Flagged by the static checks: refused before any of its code ran, for those flags.
+            assert codes(verdict) == static and not verdict.compiled, verdict
+        else:
+            assert expect in codes(verdict), verdict
 
 
 @pytest.mark.parametrize("path", HONEST, ids=lambda p: f"{p.parent.name}/{p.stem}")

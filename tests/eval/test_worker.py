@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specgen.eval import EvalOptions, EvalWorker
-from tests.eval.conftest import BUNDLED, HERE, codes, submission
+from tests.eval.conftest import BUNDLED, HERE, codes, concealed, submission
 
 GOOD = (BUNDLED / "candidates" / "softmax_torch.py").read_text()
 
@@ -30,7 +30,7 @@ def strict_worker(tmp_path_factory: pytest.TempPathFactory) -> EvalWorker:
 
 
 def test_a_crash_costs_only_that_candidate(cpu_worker: EvalWorker) -> None:
-    crash = forward_body("ctypes.string_at(0)", "import ctypes")
+    crash = forward_body(concealed("import ctypes; ctypes.string_at(0)"))
     verdict = cpu_worker.run(submission("softmax", crash), "validate")
     assert not verdict.correct and "the runner process died (killed by signal SIGSEGV)" in \
         verdict.error
@@ -41,7 +41,7 @@ def test_a_crash_costs_only_that_candidate(cpu_worker: EvalWorker) -> None:
 
 
 def test_exits_are_contained(cpu_worker: EvalWorker) -> None:
-    hard = cpu_worker.run(submission("softmax", forward_body("os._exit(0)", "import os")))
+    hard = cpu_worker.run(submission("softmax", forward_body(concealed("import os; os._exit(0)"))))
     assert "the runner process died (exit code 0)" in hard.error
     soft = cpu_worker.run(submission("softmax", forward_body("sys.exit(3)", "import sys")))
     assert "ModelNew raised on trial 0: SystemExit: 3" in soft.error
@@ -141,13 +141,14 @@ def test_extensions_build_apart_and_come_from_the_cache(cpu_worker: EvalWorker) 
     second = cpu_worker.run(submission("fused_elementwise", source), "validate")
     assert first.correct and second.correct, (first, second)
     assert second.stage_seconds["build"] == 0.0  # the library came from the shared cache
-    libraries = list((cpu_worker.cache_dir / "ext").glob("*/fused_gelu_sigmoid_cpu.so"))
+    # <cache>/ext/<candidate source hash>/<arguments hash>/<name>.so
+    libraries = list((cpu_worker.cache_dir / "ext").glob("*/*/fused_gelu_sigmoid_cpu.so"))
     assert len(libraries) == 1
     # A failed build is cached too: it is not compiled again by the runner.
     never = (HERE / "redteam" / "never_built_extension.py").read_text()
     verdict = cpu_worker.run(submission("softmax", never), "validate")
     assert "custom-kernel-not-run" in codes(verdict)
-    assert list((cpu_worker.cache_dir / "ext").glob("*/FAILED"))
+    assert list((cpu_worker.cache_dir / "ext").glob("*/*/FAILED"))
 
 
 def test_noisy_candidates_do_not_break_the_protocol(cpu_worker: EvalWorker) -> None:

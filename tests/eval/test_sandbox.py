@@ -1,0 +1,232 @@
+"""Hostile candidates against the sandbox: each checks its verdict, that its side effect did not
+happen outside the run, and that the worker still serves an honest candidate afterwards.
+
+The payloads are hidden from the static checks (hex-encoded `exec`), as an attacker would hide
+them: these tests are about what the sandbox stops once the code runs.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from specgen.eval import EvalOptions, EvalWorker, sandbox
+from specgen.eval.redact import MAX_ERROR_CHARS, redact, register_secret
+from tests.eval.conftest import BUNDLED, submission
+
+HONEST_SOFTMAX = (BUNDLED / "candidates" / "softmax_torch.py").read_text()
+SECRET = "s3cret-" + uuid.uuid4().hex
+HIDDEN = Path("/var/tmp") / f"specgen-test-keys-{uuid.uuid4().hex[:8]}"
+
+needs_namespaces = pytest.mark.skipif(sandbox.probe().kind != sandbox.NAMESPACES,
+                                      reason=f"no sandbox on this host: {sandbox.probe().detail}")
+pytestmark = needs_namespaces
+
+
+def hostile(payload: str) -> str:
+    """A candidate that runs `payload` at import, then behaves honestly."""
+    return (f"exec(bytes.fromhex({payload.encode().hex()!r}).decode())\n" + HONEST_SOFTMAX)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> EvalWorker:
+    os.environ["SPECGEN_TEST_SECRET"] = SECRET          # a setting the runner must never see
+    HIDDEN.mkdir(parents=True, exist_ok=True)
+    (HIDDEN / "node.key").write_text(SECRET)
+    options = EvalOptions(timeout_s=60.0, timing_trials=4, warmup=1, scratch_mb=64,
+                          max_processes=256)
+    worker = EvalWorker("cpu", tmp_path_factory.mktemp("sandboxed"), spare_processes=1,
+                        options=options, hidden_paths=[HIDDEN])
+    worker.start()
+    yield worker
+    worker.close()
+    os.environ.pop("SPECGEN_TEST_SECRET", None)
+    for path in HIDDEN.iterdir():
+        path.unlink()
+    HIDDEN.rmdir()
+
+
+def still_serves(worker: EvalWorker) -> None:
+    verdict = worker.run(submission("softmax", HONEST_SOFTMAX), "validate")
+    assert verdict.correct and verdict.sandbox == "namespaces", verdict
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def test_honest_candidate_runs_sandboxed(worker: EvalWorker) -> None:
+    verdict = worker.run(submission("softmax", HONEST_SOFTMAX), "full")
+    assert verdict.correct and verdict.speedup is not None, verdict
+    assert verdict.sandbox == "namespaces"
+    assert worker.sandbox_status.kind == "namespaces"
+
+
+def test_writes_outside_its_run_do_not_happen(worker: EvalWorker, tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)        # writable by anyone: only the sandbox can stop this write
+    marker = f"pwned-{uuid.uuid4().hex[:8]}"
+    targets = [f"/tmp/{marker}", str(open_dir / marker), str(Path.cwd() / marker),
+               f"/var/tmp/{marker}", str(worker.work_dir / marker)]
+    payload = "import os\n" + "".join(
+        f"os.system('echo x > {t} 2>/dev/null')\n" for t in targets)
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert verdict.correct, verdict      # the writes failed or stayed private; the kernel is fine
+    for target in targets:
+        assert not os.path.exists(target), target
+    still_serves(worker)
+
+
+def test_an_escaped_grandchild_dies_with_the_run(worker: EvalWorker) -> None:
+    marker = f"grandchild-{uuid.uuid4().hex[:8]}"
+    payload = ("import os\n"
+               "if os.fork() == 0:\n"
+               "    os.setsid()\n"
+               "    if os.fork() == 0:\n"
+               f"        os.execv('/bin/sleep', ['sleep', '600', '{marker}'])\n"
+               "    os._exit(0)\n"
+               "os.wait()\n")
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert verdict.correct, verdict
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with(marker) == []
+    still_serves(worker)
+
+
+def test_the_environment_and_hidden_files_do_not_leak(worker: EvalWorker) -> None:
+    payload = ("import os, glob\n"
+               "seen = dict(os.environ)\n"
+               "for path in glob.glob('/proc/*/environ'):\n"
+               "    seen[path] = open(path, 'rb').read().decode('latin-1')\n"
+               f"seen['key'] = os.path.exists('{HIDDEN / 'node.key'}')\n"
+               "seen['pids'] = sorted(os.listdir('/proc'))[:50]\n"
+               "raise RuntimeError(repr(seen) * 50)\n")
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert not verdict.correct and verdict.error is not None
+    assert "RuntimeError" in verdict.error
+    assert SECRET not in verdict.error and "SPECGEN_TEST_SECRET" not in verdict.error
+    assert "'key': False" in verdict.error                 # the key's folder is not there
+    assert len(verdict.error) <= MAX_ERROR_CHARS
+    still_serves(worker)
+
+
+class _Listener:
+    """A TCP and a Unix socket standing in for the scheduler's and a node's; counts connections."""
+
+    def __init__(self, folder: Path) -> None:
+        self.accepted = 0
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.path = str(folder / "node.sock")
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind(self.path)
+        os.chmod(self.path, 0o777)
+        self.unix.listen()
+        for sock in (self.tcp, self.unix):
+            sock.settimeout(0.2)
+            threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+        self.stop = False
+
+    def _accept(self, sock: socket.socket) -> None:
+        while not getattr(self, "stop", False):
+            try:
+                conn, _ = sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.accepted += 1
+            conn.close()
+
+
+def test_no_connection_to_the_scheduler_or_node_sockets(worker: EvalWorker, tmp_path: Path) -> None:
+    listener = _Listener(tmp_path)
+    payload = ("import socket\n"
+               "results = []\n"
+               "s = socket.socket(); s.settimeout(2)\n"
+               f"results.append(('tcp', s.connect_ex(('127.0.0.1', {listener.port}))))\n"
+               "u = socket.socket(socket.AF_UNIX); u.settimeout(2)\n"
+               f"results.append(('unix', u.connect_ex({listener.path!r})))\n"
+               "raise RuntimeError('connect results %r' % results)\n")
+    try:
+        verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    finally:
+        listener.stop = True
+    assert "connect results" in (verdict.error or ""), verdict
+    assert "('tcp', 0)" not in verdict.error and "('unix', 0)" not in verdict.error
+    assert listener.accepted == 0
+    still_serves(worker)
+
+
+def test_a_fork_bomb_is_contained(worker: EvalWorker) -> None:
+    marker = f"bomb-{uuid.uuid4().hex[:8]}"
+    payload = ("import os, time\n"
+               "children = 0\n"
+               "while children < 100000:\n"
+               "    pid = os.fork()\n"
+               "    if pid == 0:\n"
+               f"        os.execv('/bin/sleep', ['sleep', '600', '{marker}'])\n"
+               "    children += 1\n")
+    began = time.monotonic()
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert not verdict.correct and "BlockingIOError" in (verdict.error or ""), verdict
+    assert time.monotonic() - began < 60
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with(marker) == []
+    still_serves(worker)
+
+
+def test_filling_its_temp_dir_stays_inside(worker: EvalWorker) -> None:
+    payload = ("import os\n"
+               "os.system('dd if=/dev/zero of=/tmp/fill bs=1M count=4096 2>/dev/null')\n"
+               "os.system('dd if=/dev/zero of=$HOME/fill bs=1M count=4096 2>/dev/null')\n"
+               "size = os.path.getsize('/tmp/fill')\n"
+               "assert size <= 64 * 2**20, size\n")
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert verdict.correct, verdict       # ENOSPC at 64 MiB (EvalOptions.scratch_mb), then honest
+    assert not os.path.exists("/tmp/fill")
+    still_serves(worker)
+
+
+def test_static_checks_run_before_any_code(worker: EvalWorker, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tmp_path.chmod(0o777)
+    flagged = (f"import threading\nopen({str(marker)!r}, 'w').write('x')\n" + HONEST_SOFTMAX)
+    verdict = worker.run(submission("softmax", flagged), "validate")
+    assert not verdict.correct and any(f.startswith("thread:") for f in verdict.flags)
+    assert not marker.exists()
+
+
+def test_redact_bounds_and_scrubs() -> None:
+    register_secret("registered-secret-value")
+    text = redact("a registered-secret-value b " + "x" * 10_000, limit=100)
+    assert "registered-secret-value" not in text and "<redacted>" in text
+    assert len(text) <= 100 and text.endswith("[cut]")
+
+
+def test_refused_without_a_sandbox_unless_allowed(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sandbox, "_probed", sandbox.SandboxStatus(sandbox.NONE, "no unshare"))
+    with EvalWorker("cpu", tmp_path / "a", spare_processes=0) as refusing:
+        verdict = refusing.run(submission("softmax", HONEST_SOFTMAX), "validate")
+        assert not verdict.correct and verdict.sandbox == "none"
+        assert "refused: this host cannot sandbox candidates (no unshare)" in verdict.error
+    with EvalWorker("cpu", tmp_path / "b", spare_processes=0,
+                    options=EvalOptions(sandbox="optional")) as allowing:
+        verdict = allowing.run(submission("softmax", HONEST_SOFTMAX), "validate")
+        assert verdict.correct and verdict.sandbox == "none", verdict
