@@ -49,7 +49,8 @@ def _cut(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 def describe_verdict(verdict: Verdict) -> str:
     """One candidate's evaluation in words a model can act on."""
     if verdict.flags:
-        return "rejected by the evaluation's checks: " + "; ".join(verdict.flags)
+        # Flags quote the candidate's own source: bounded like errors.
+        return "rejected by the evaluation's checks: " + _cut("; ".join(verdict.flags))
     if not verdict.compiled:
         return "failed to load or compile:\n" + _cut(verdict.error or "no error message")
     if not verdict.correct:
