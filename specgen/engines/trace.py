@@ -421,6 +421,7 @@ class TraceBuilder:
         fork_token_rate: float | None = None,
         notes: str = "",
         think_end: str = "</think>",
+        hand_written: bool = True,
     ) -> None:
         if not token_rate > 0:
             raise ValueError(f"token_rate must be > 0, got {token_rate}")
@@ -432,6 +433,7 @@ class TraceBuilder:
         self.model = model
         self.notes = notes
         self.think_end = think_end
+        self.hand_written = hand_written     # False for generated traces (the metadata says which)
         self._iterations: list[Iteration] = []
         if tokenizer is None:
             self._pieces: PieceTokenizer | None = PieceTokenizer()
@@ -528,7 +530,7 @@ class TraceBuilder:
         metadata = TraceMetadata(
             model=self.model,
             tokenizer=dict(self._tokenizer_spec),
-            hand_written=True,
+            hand_written=self.hand_written,
             problem=self.problem,
             token_rate=self.token_rate,
             notes=self.notes,

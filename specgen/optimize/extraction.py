@@ -171,3 +171,45 @@ class CodeBlockScanner:
         else:
             self._body.append(line)
         self._consumed += len(line)
+
+
+# -- kernels inside a program ----------------------------------------------------------------------
+_CUDA_KERNEL = re.compile(r"__global__\s+(?:void|[\w:<>]+)\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
+_TRITON_KERNEL = re.compile(r"@triton\.jit[^\n]*\n(?:[ \t]*@[^\n]*\n)*[ \t]*def[ \t]+(\w+)")
+
+
+def kernel_names(source: str) -> list[str]:
+    """Names of the custom kernels a program defines (CUDA `__global__` functions inside its
+    source strings, `@triton.jit` functions), in order of appearance."""
+    names = [m.group(1) for m in _CUDA_KERNEL.finditer(source)]
+    names += [m.group(1) for m in _TRITON_KERNEL.finditer(source)]
+    return list(dict.fromkeys(names))
+
+
+def kernel_bodies(source: str) -> tuple[str, ...]:
+    """The program's kernels with all white space removed, for telling whether two programs carry
+    the same kernel: each `__global__` function up to its matching brace, each `@triton.jit`
+    function to its end. A program with neither is represented by the whole of it."""
+    bodies: list[str] = []
+    for match in _CUDA_KERNEL.finditer(source):
+        depth, end = 0, None
+        for index in range(match.end(), len(source)):
+            if source[index] == "{":
+                depth += 1
+            elif source[index] == "}":
+                depth -= 1
+                if depth == 0:
+                    end = index + 1
+                    break
+        bodies.append(source[match.start():end or len(source)])
+    for match in _TRITON_KERNEL.finditer(source):
+        indent_end = source.find("\n", match.end())
+        lines, index = [], indent_end + 1 if indent_end >= 0 else len(source)
+        for line in source[index:].splitlines():
+            if line.strip() and not line[:1].isspace():
+                break
+            lines.append(line)
+        bodies.append(match.group(0) + "\n".join(lines))
+    if not bodies:
+        bodies = [source]
+    return tuple("".join(body.split()) for body in bodies)

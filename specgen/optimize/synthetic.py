@@ -1,0 +1,256 @@
+"""Synthetic reasoning traces calibrated on measured distributions, for benchmarks and tests that
+need many problems (`specgen bench --generate N`).
+
+Premises: the public QwQ-32B traces on KernelBench levels 1-2 (about 400 responses whose answer
+holds `ModelNew`, 120 correct), quantiles p10 / p50 / p90 unless a share:
+
+| what | measured | here |
+| --- | --- | --- |
+| reasoning tokens | 2.9k / 9.6k / 16.5k | piecewise-linear inverse CDF through those, 1.0k at p0 and 24k at p100 (extrapolated) |
+| complete drafts per trace | 0 / 1 / 2, mean 1.27, none in 15% | P(0, 1, 2, 3) = 0.15, 0.50, 0.25, 0.10 (mean 1.30) |
+| where the first complete draft ends | 34% / 86% / 100% | inverse CDF through those; later drafts between it and the end |
+| code fragments (incomplete) | median 5 per trace | 2-8, uniform |
+| final kernel first named | 12% / 33% / 63% | inverse CDF through those |
+| final answers correct | 29-30% | 30% |
+| correct traces drafting the final kernel before the answer | 58%, at 71% / 92% / 97% | 58%, inverse CDF through those |
+
+Drafts and answers are real programs from the bundled candidate library (`CandidateLibrary`): a
+correct answer is an honest or a slow (correct, not faster) candidate; an incorrect one is a wrong
+or a cheating candidate; drafts that are not the final kernel are other candidates of the problem
+(another design, or one cut off mid-way: a failing draft, 30% of them, an assumption). Nothing here is tuned to what makes any mode win: every
+number above is a measured premise or marked as an extrapolation, and `seed` makes runs repeat.
+The prose between the code is filler drawn from a fixed vocabulary of planning sentences; a mode
+can only use code it finds (or a fork model writes), never the prose.
+"""
+from __future__ import annotations
+
+import bisect
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specgen.engines.trace import Trace, TraceBuilder
+from specgen.optimize.bundled import PROBLEMS_DIR, bundled_problems
+from specgen.optimize.extraction import kernel_names
+
+GENERATOR_VERSION = 1
+# Characters per token of the trace's piece tokenizer on this kind of text (measured: 3.0; the
+# public traces' 3.6 is a real BPE tokenizer's): text is sized so that the token count, and so the
+# time at a decode rate in model tokens, is the sampled one.
+CHARS_PER_TOKEN = 3.0
+
+REASONING_TOKENS = [(0.0, 1000.0), (0.1, 2900.0), (0.5, 9600.0), (0.9, 16500.0), (1.0, 24000.0)]
+FIRST_DRAFT_AT = [(0.0, 0.15), (0.1, 0.34), (0.5, 0.86), (0.9, 0.995), (1.0, 0.999)]
+NAMED_AT = [(0.0, 0.03), (0.1, 0.12), (0.5, 0.33), (0.9, 0.63), (1.0, 0.90)]
+FINAL_DRAFT_AT = [(0.0, 0.50), (0.1, 0.71), (0.5, 0.92), (0.9, 0.97), (1.0, 0.995)]
+DRAFT_COUNT = [(0, 0.15), (1, 0.50), (2, 0.25), (3, 0.10)]
+CORRECT_SHARE = 0.30
+FINAL_DRAFTED_SHARE = 0.58
+
+_SENTENCES = [
+    "Let me think about how the data is laid out in memory for this operation.",
+    "Each row is independent, so one program instance per row could work, but the row may be long.",
+    "I need to be careful about numerical stability here, subtracting the maximum first.",
+    "The reference launches several kernels; fusing them would save memory traffic.",
+    "Wait, the input might not be contiguous, so I should check the strides.",
+    "Memory bandwidth is the limit here, not compute, so fewer passes over the data matter most.",
+    "Maybe a block size of 1024 is a good start, then tune it.",
+    "Hmm, the reduction needs a second pass, unless the whole row fits in one block.",
+    "Let me count the bytes read and written to see what the floor is.",
+    "Actually, the bias can be loaded once per column and reused across rows.",
+    "The output shape must match exactly, including the dtype.",
+    "I should also handle the tail where the size is not a multiple of the block.",
+    "Let me reconsider: vectorized loads of four floats would help coalescing.",
+    "What about the backward pass? Not needed, only forward is timed.",
+    "So the plan is one fused kernel with the epilogue applied in registers.",
+    "Let me double check the indexing: row offset times stride plus the column.",
+    "The grid should cover every output element exactly once.",
+    "Alternatively shared memory tiles could cut global loads, if there is reuse.",
+    "I think the simplest correct version first, then optimize it.",
+    "Now the launch configuration: how many warps per block?",
+]
+_NAMING = "I'll call the kernel {name} and structure the launch around it."
+
+
+def _quantile(table: list[tuple[float, float]], u: float) -> float:
+    """Piecewise-linear inverse CDF through (probability, value) points."""
+    ps = [p for p, _ in table]
+    index = min(max(bisect.bisect_right(ps, u), 1), len(table) - 1)
+    (p0, v0), (p1, v1) = table[index - 1], table[index]
+    return v0 + (v1 - v0) * (u - p0) / (p1 - p0) if p1 > p0 else v1
+
+
+@dataclass
+class LibraryCandidate:
+    problem: str
+    kind: str                    # honest | wrong | slow | cheat | broken
+    lang: str                    # torch | triton | cuda | cpp
+    path: Path
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text()
+
+
+_HEADER = re.compile(r"^#\s*(kind|lang):\s*(\w+)", re.MULTILINE)
+LANGS = ("torch", "triton", "cuda", "cpp")
+
+
+@dataclass
+class CandidateLibrary:
+    """The bundled candidates by problem, kind and language (`<problem>_<variant>.py`, headers
+    `# kind:` and `# lang:`; a file without them is an honest candidate in the language its
+    name ends with)."""
+
+    candidates: list[LibraryCandidate] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, directory: Path = PROBLEMS_DIR / "candidates") -> "CandidateLibrary":
+        problems = sorted(bundled_problems(), key=len, reverse=True)
+        found = []
+        for path in sorted(directory.glob("*.py")):
+            problem = next((p for p in problems if path.stem.startswith(p + "_")), None)
+            if problem is None:
+                continue
+            text = path.read_text()
+            headers = dict(_HEADER.findall(text[:2000]))
+            variant = path.stem[len(problem) + 1:]
+            lang = headers.get("lang") or next((l for l in LANGS if variant.startswith(l)), "torch")
+            found.append(LibraryCandidate(problem, headers.get("kind", "honest"), lang, path))
+        return cls(found)
+
+    def of(self, problem: str, kinds: tuple[str, ...], langs: tuple[str, ...] = LANGS
+           ) -> list[LibraryCandidate]:
+        return [c for c in self.candidates if c.problem == problem and c.kind in kinds
+                and c.lang in langs]
+
+
+def broken(source: str, rng: random.Random) -> str:
+    """A failing draft: the program cut off mid-way (a syntax error), as drafts in reasoning often are."""
+    lines = source.splitlines()
+    cut = rng.randint(max(3, len(lines) // 3), max(4, len(lines) - 2))
+    return "\n".join(lines[:cut]) + "\n    return (\n"
+
+
+@dataclass
+class TurnPlan:
+    """What one generated turn holds, for tests and reports."""
+
+    reasoning_tokens: int
+    correct: bool
+    final: str                   # the candidate file the answer is
+    drafts: list[tuple[float, str]]     # (position as a share of the reasoning, candidate or "broken:..")
+    named_at: float | None
+    final_drafted_at: float | None
+
+
+def _filler(rng: random.Random, chars: int) -> str:
+    out, size = [], 0
+    while size < chars:
+        sentence = rng.choice(_SENTENCES)
+        out.append(sentence)
+        size += len(sentence) + 1
+    return " ".join(out)
+
+
+def generate_turn(problem: str, library: CandidateLibrary, rng: random.Random,
+                  langs: tuple[str, ...]) -> tuple[str, str, TurnPlan]:
+    """(reasoning text, final text, plan) for one turn."""
+    honest = library.of(problem, ("honest", "slow"), langs) or library.of(problem, ("honest", "slow"))
+    if not honest:
+        raise ValueError(f"no honest candidate for problem {problem!r} in the library")
+    others = library.of(problem, ("wrong", "cheat"), langs) or library.of(problem, ("wrong", "cheat"))
+    tokens = int(_quantile(REASONING_TOKENS, rng.random()))
+    correct = rng.random() < CORRECT_SHARE
+    final = rng.choice(honest) if correct or not others else rng.choice(others)
+    final_source = final.source
+    # Drafts: how many, where.
+    u, count = rng.random(), 0
+    for n, share in DRAFT_COUNT:
+        if u < share:
+            count = n
+            break
+        u -= share
+    positions: list[float] = []
+    if count:
+        first = _quantile(FIRST_DRAFT_AT, rng.random())
+        positions = sorted([first] + [rng.uniform(first, 0.999) for _ in range(count - 1)])
+    drafted_final = None
+    if correct and rng.random() < FINAL_DRAFTED_SHARE:
+        drafted_final = _quantile(FINAL_DRAFT_AT, rng.random())
+    pool = [c for c in honest + others if c.path != final.path]
+    drafts: list[tuple[float, str, str]] = []   # (position, label, program)
+    for position in positions:
+        pick = rng.choice(pool) if pool else final
+        if rng.random() < 0.3:
+            drafts.append((position, f"broken:{pick.path.stem}", broken(pick.source, rng)))
+        else:
+            drafts.append((position, pick.path.stem, pick.source))
+    if drafted_final is not None:
+        drafts.append((drafted_final, final.path.stem, final_source))
+        drafts.sort()
+    names = kernel_names(final_source)
+    named_at = _quantile(NAMED_AT, rng.random()) if names else None
+    # Fragments: incomplete code (a few lines of some candidate) anywhere.
+    fragments = [(rng.uniform(0.05, 0.95), rng.choice(honest + others).source)
+                 for _ in range(rng.randint(2, 8))]
+    total_chars = int(tokens * CHARS_PER_TOKEN)
+    events: list[tuple[float, str]] = []
+    for position, _, program in drafts:
+        events.append((position, f"\n\nHere is a complete version:\n\n```python\n{program.rstrip()}\n```\n\n"))
+    for position, source in fragments:
+        lines = source.splitlines()
+        start = rng.randint(0, max(0, len(lines) - 4))
+        snippet = "\n".join(lines[start:start + rng.randint(2, 6)])
+        events.append((position, f"\n\nSomething like:\n\n```\n{snippet}\n```\n\n"))
+    if named_at is not None:
+        events.append((named_at, " " + _NAMING.format(name=names[0]) + " "))
+    events.sort(key=lambda e: e[0])
+    # Filler fills the reasoning to its length; events sit at their share of the characters.
+    parts, written = [], 0
+    for position, text in events:
+        target = int(position * total_chars)
+        if target > written:
+            parts.append(_filler(rng, target - written))
+            written = target
+        parts.append(text)
+        written += len(text)
+    if written < total_chars:
+        parts.append(_filler(rng, total_chars - written))
+    reasoning = "".join(parts)
+    final_text = f"The final version:\n\n```python\n{final_source.rstrip()}\n```\n"
+    plan = TurnPlan(reasoning_tokens=tokens, correct=final.kind in ("honest", "slow"),
+                    final=final.path.stem,
+                    drafts=[(p, label) for p, label, _ in drafts], named_at=named_at,
+                    final_drafted_at=drafted_final)
+    return reasoning, final_text, plan
+
+
+def generate_traces(problems: list[str], turns: int, seed: int, out_dir: Path | None = None,
+                    langs: tuple[str, ...] = LANGS, token_rate: float = 56.0,
+                    library: CandidateLibrary | None = None
+                    ) -> tuple[list[Trace], list[list[TurnPlan]]]:
+    """One trace per problem with `turns` iterations each; saved under `out_dir` when given.
+    The recorded timing (at `token_rate`) is nominal: modelled replay re-times every token."""
+    library = library or CandidateLibrary.load()
+    traces, plans = [], []
+    for index, problem in enumerate(problems):
+        rng = random.Random(f"{seed}-{index}-{problem}")
+        builder = TraceBuilder(token_rate=token_rate, problem=problem,
+                               model=f"synthetic v{GENERATOR_VERSION} seed {seed}",
+                               hand_written=False,
+                               notes="generated by specgen.optimize.synthetic from measured "
+                                     "distributions of real reasoning (see its docstring)")
+        problem_plans = []
+        for _ in range(turns):
+            reasoning, final, plan = generate_turn(problem, library, rng, langs)
+            builder.add_iteration(reasoning, forks=[], final_text=final)
+            problem_plans.append(plan)
+        trace = builder.build()
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            trace.save(out_dir / f"{problem}.trace.json")
+        traces.append(trace)
+        plans.append(problem_plans)
+    return traces, plans

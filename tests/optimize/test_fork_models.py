@@ -1,0 +1,73 @@
+"""Fork models, the ceiling of draft harvesting, and the synthetic trace generator."""
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import pytest
+
+from specgen.engines.trace import TraceBuilder
+from specgen.optimize.ceiling import ceiling
+from specgen.optimize.fork_models import DraftWriter, NamedWriter, fork_writer, latest_draft
+from specgen.optimize.synthetic import CandidateLibrary, generate_traces
+
+KERNEL_A = ("import triton\nclass ModelNew:\n    pass\n@triton.jit\ndef alpha_kernel(x):\n"
+            "    return x\n")
+KERNEL_B = ("import triton\nclass ModelNew:\n    pass\n@triton.jit\ndef beta_kernel(x):\n"
+            "    return x + 1\n")
+
+
+def trace_with(reasoning: str, final: str):
+    builder = TraceBuilder(token_rate=100.0, problem="softmax", hand_written=False)
+    builder.add_iteration(reasoning, forks=[], final_text=f"```python\n{final}```\n")
+    return builder.build()
+
+
+def test_draft_uses_only_the_reasoning_before_the_fork() -> None:
+    text = f"plan\n```python\n{KERNEL_A}```\nmore\n```python\n{KERNEL_B}```\n"
+    cut = text.index("more")
+    assert latest_draft(text[:cut]) == KERNEL_A
+    assert latest_draft(text) == KERNEL_B
+    assert latest_draft("```python\nclass ModelNew:\n") is None          # not closed
+    trace = trace_with(text, KERNEL_B)
+    written = asyncio.run(DraftWriter().write(trace.iterations[0], 0, text[:cut], ""))
+    assert KERNEL_A in written and KERNEL_B not in written
+    assert asyncio.run(DraftWriter().write(trace.iterations[0], 0, "no code yet", "")) == ""
+
+
+def test_named_returns_the_answer_once_its_kernel_is_named() -> None:
+    reasoning = "think " * 50 + "the beta_kernel idea " + "think " * 50
+    trace = trace_with(reasoning, KERNEL_B)
+    named = NamedWriter()
+    before = reasoning.index("beta_kernel")
+    assert asyncio.run(named.write(trace.iterations[0], 0, reasoning[:before], "")) == ""
+    assert KERNEL_B in asyncio.run(named.write(trace.iterations[0], 0, reasoning[:before + 20], ""))
+    with pytest.raises(ValueError, match="needs a live engine"):
+        fork_writer("model")
+
+
+def test_ceiling_stops_at_the_first_draft_of_the_final_kernel() -> None:
+    reasoning = "a " * 300 + f"\n```python\n{KERNEL_A}```\n" + "b " * 300 + \
+        f"\n```python\n{KERNEL_B}```\n" + "c " * 300
+    trace = trace_with(reasoning, KERNEL_B)
+    pooled, turns = ceiling([trace])
+    assert turns[0].draft_position is not None and 0.5 < turns[0].draft_position < 0.9
+    assert pooled == pytest.approx(turns[0].stop_tokens / turns[0].total_tokens)
+    never = trace_with("a " * 300, KERNEL_B)
+    assert ceiling([never])[0] == 1.0
+
+
+def test_generator_is_seeded_and_follows_its_premises() -> None:
+    problems = sorted({c.problem for c in CandidateLibrary.load().candidates})
+    first, plans = generate_traces(problems, 5, seed=7)
+    again, _ = generate_traces(problems, 5, seed=7)
+    assert [t.to_json()["iterations"] for t in first] == [t.to_json()["iterations"] for t in again]
+    assert all(not t.metadata.hand_written and "seed 7" in t.metadata.model for t in first)
+    turns = [p for ps in plans for p in ps]
+    tokens = [it.reasoning.num_tokens for t in first for it in t.iterations]
+    assert 5_000 < statistics.median(tokens) < 14_000        # measured median 9.6k
+    # No pre-written fork outputs: forks come from a fork model.
+    assert all(not it.forks for t in first for it in t.iterations)
+    drafted = [p for p in turns if p.final_drafted_at is not None]
+    assert all(p.correct for p in drafted)
+    assert all(0.5 <= p.final_drafted_at < 1.0 for p in drafted)
