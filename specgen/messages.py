@@ -384,6 +384,8 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     requests_requeued: int = 0              # re-queued after a worker or node was lost
     requests_dropped: int = 0               # dropped: job ended, deadline passed, or cancelled
     duplicates_ignored: int = 0             # results for a key that already had one (or whose job ended)
+    results_refused: int = 0                # results from a worker that did not hold the request
+    hellos_refused: int = 0                 # worker/node/reasoner registrations without a valid credential
     reassignments: int = 0                  # pool changes of workers
     feedback_latency_p50_s: float | None = None   # candidate extracted -> profiling verdict
     feedback_latency_p95_s: float | None = None
@@ -405,6 +407,9 @@ class Hello(_Wire):
     busy_request_id: str = ""               # worker: the request it is running now (after restarts)
     busy_key: list[str] = []                # worker: (job_id, candidate_id, stage) of that request
     host: str = ""                          # worker: host name (pairs it with KV pools on its device)
+    credential: str = ""                    # worker, node, reasoner: proof of cluster membership, an
+                                            # HMAC of role and name under the join secret (runtime/auth.py)
+    held_results: list[str] = []            # worker: request ids of results it keeps until acknowledged
 
 
 class Welcome(_Wire):

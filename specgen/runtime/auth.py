@@ -1,15 +1,35 @@
-"""Who may talk to the scheduler: loopback needs nothing, anything else needs ZeroMQ CURVE keys.
+"""Who may talk to the scheduler, and in which role.
+
+Transport: loopback needs nothing, anything else needs ZeroMQ CURVE keys.
 
 Key directory layout (made by `specgen keys generate DIR`):
     DIR/server.key, DIR/server.key_secret   the scheduler's keypair (the secret stays on its host)
     DIR/client.key, DIR/client.key_secret   a keypair for nodes and clients
     DIR/authorized/*.key                    public keys the scheduler accepts
 Files use pyzmq's certificate format (`zmq.auth.create_certificates`).
+
+Roles: anyone who reaches the socket may be a client (evaluate, submit, status: the public API),
+but registering as a worker, a node or a job's reasoner takes a credential. The cluster's *join
+secret* (32 random bytes, hex in a 0600 file) is known to the scheduler and to the nodes only;
+a peer's credential is HMAC-SHA256(join secret, role, node, name), so it admits that one name in
+that one role and reveals nothing of the secret. Who holds what:
+- the scheduler reads the secret from `--join-secret FILE` (default STATE_DIR/join_secret, made
+  on first start), or from its parent through the secrets pipe (LocalCluster: nothing on disk);
+- a node reads it the same way (`specgen-node --join-secret FILE`, or the pipe) and derives a
+  credential for each of its workers, handed to the worker through the secrets pipe (see
+  `process.ChildProcess(secrets=...)`), never through the environment; likewise the scheduler
+  for the reasoners it starts;
+- a process presents its own credential in its Hello (`present_credential`, read by
+  `transport.PeerConnection`); evaluation runners, started by workers, inherit none of this.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
+import json
 import os
+import secrets as _random
 import shutil
 import socket as pysocket
 from dataclasses import dataclass, field
@@ -23,6 +43,11 @@ from zmq.auth.thread import ThreadAuthenticator
 from specgen.errors import UsageError
 
 KEYS_ENV = "SPECGEN_KEYS"   # default key directory for every command
+JOIN_SECRET_ENV = "SPECGEN_JOIN_SECRET_FILE"   # default --join-secret of `specgen serve` and nodes
+JOIN_SECRET_FILE = "join_secret"               # its name in the scheduler's state directory
+DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "specgen" / "scheduler"
+AUTHENTICATED_ROLES = ("worker", "node", "reasoner")
+_CURVE_ENV = "SPECGEN_CURVE"
 
 
 def is_loopback(address: str) -> bool:
@@ -115,19 +140,86 @@ def ephemeral_client_keys(server: ServerKeys) -> ClientKeys:
     return ClientKeys(server_public=server.public, public=public, secret=secret)
 
 
-def client_keys_to_env(keys: ClientKeys | None) -> dict[str, str]:
-    if keys is None:
-        return {}
+def client_keys_to_text(keys: ClientKeys) -> str:
     # Z85 never uses "," (it does use ":").
-    return {"SPECGEN_CURVE": b",".join((keys.server_public, keys.public, keys.secret)).decode()}
+    return b",".join((keys.server_public, keys.public, keys.secret)).decode()
 
 
-def client_keys_from_env() -> ClientKeys | None:
-    raw = os.environ.get("SPECGEN_CURVE")
+def client_keys_from_text(raw: str | None) -> ClientKeys | None:
     if not raw:
         return None
     server_public, public, secret = raw.encode().split(b",")
     return ClientKeys(server_public=server_public, public=public, secret=secret)
+
+
+def client_keys_to_env(keys: ClientKeys | None) -> dict[str, str]:
+    return {} if keys is None else {_CURVE_ENV: client_keys_to_text(keys)}
+
+
+def client_keys_from_env(pop: bool = False) -> ClientKeys | None:
+    """CURVE keys from the environment; `pop` also removes them, so that no child inherits them."""
+    raw = os.environ.pop(_CURVE_ENV, None) if pop else os.environ.get(_CURVE_ENV)
+    return client_keys_from_text(raw)
+
+
+# -- join secret and credentials ---------------------------------------------------------
+
+def new_join_secret() -> bytes:
+    return _random.token_bytes(32)
+
+
+def load_join_secret(path: Path, create: bool = False) -> bytes:
+    """The join secret in `path` (hex); with `create`, a new one is written there (mode 0600) when
+    the file does not exist yet."""
+    path = Path(path)
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass   # made by a concurrent start: read that one
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(new_join_secret().hex() + "\n")
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        raise UsageError(f"join secret file {path} not found (`specgen serve` writes "
+                         f"STATE_DIR/{JOIN_SECRET_FILE} on its first start)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read join secret file {path}: {exc}") from None
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        secret = b""
+    if len(secret) < 16:
+        raise UsageError(f"join secret file {path} must hold at least 16 bytes as hex "
+                         "(a line of 32+ hex digits)")
+    return secret
+
+
+def peer_credential(secret: bytes, role: str, name: str, node: str = "") -> str:
+    """The credential of `name` in `role` (a worker's also names its node): hex HMAC-SHA256."""
+    message = json.dumps(["specgen-peer/1", role, node, name]).encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def check_credential(secret: bytes, role: str, name: str, node: str, presented: str) -> bool:
+    """Constant-time check of a presented credential."""
+    expected = peer_credential(secret, role, name, node).encode()
+    return hmac.compare_digest(expected, presented.encode("utf-8", "replace"))
+
+
+_presented: dict[tuple[str, str], str] = {}
+
+
+def present_credential(role: str, name: str, credential: str) -> None:
+    """Make this process present `credential` in the Hello of its `role`/`name` connections."""
+    _presented[(role, name)] = credential
+
+
+def presented_credential(role: str, name: str) -> str:
+    return _presented.get((role, name), "")
 
 
 def require_keys_for(address: str, keys: object | None, flag: str = "--keys") -> None:

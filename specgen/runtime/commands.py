@@ -51,6 +51,8 @@ def _keys_generate(args: argparse.Namespace) -> int:
     print(f"scheduler: specgen serve --bind tcp://0.0.0.0:5555 --keys {args.dir}")
     print(f"nodes and clients: copy {args.dir}/server.key and a client*.key_secret to their hosts "
           f"and pass --keys DIR")
+    print("nodes also need the scheduler's join secret (STATE_DIR/join_secret, made by its first "
+          "start): copy it to their hosts (mode 0600) and pass --join-secret FILE")
     return 0
 
 
@@ -76,6 +78,9 @@ def _status(args: argparse.Namespace) -> int:
             if health.get("state") != "ready":
                 print(f"  {name:24s} {health.get('state')}  restarts {health.get('restarts', 0)}  "
                       f"{health.get('error', '')}"[:200])
+    print(f"  requests done {stats.requests_done}  requeued {stats.requests_requeued}  "
+          f"dropped {stats.requests_dropped}  duplicates {stats.duplicates_ignored}  "
+          f"refused results {stats.results_refused}  refused registrations {stats.hellos_refused}")
     if stats.feedback_latency_p50_s is not None:
         print(f"  feedback latency p50 {stats.feedback_latency_p50_s:.2f} s  p95 {stats.feedback_latency_p95_s:.2f} s")
     if stats.kv_control_endpoint:

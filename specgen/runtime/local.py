@@ -12,6 +12,17 @@ until every worker registered (setting `ready_timeout_s`); leaving the block sto
 `kv_control=True` (or the setting `kv_control_bind`) opens the scheduler's control channel for remote
 KV pools; `cluster.kv_control_endpoint` is where a pool connects (`PoolControlAgent`, or vLLM's
 `SpecgenOffloadingSpec` with `control_endpoint`), and the pools then show in `client.stats().kv_pools`.
+
+The cluster's join secret (runtime/auth.py) is made here, held in memory and handed to the
+scheduler and the nodes through their secrets pipes: it is never written to disk, and a restarted
+scheduler (`start_scheduler()` again) gets the same one.
+
+If the process that started the cluster dies (even by SIGKILL), the scheduler and the nodes get
+SIGTERM (PR_SET_PDEATHSIG, `process.die_with_parent`) and stop, and the scheduler removes the
+cluster's temporary directory once the nodes have exited (`remove_orphaned_cluster_dir`). That
+is decided here rather than by a sweep of stale directories at the next start because only a
+process of the cluster knows for sure the directory is no longer used, and nothing is left behind
+even when no cluster is ever started again.
 """
 from __future__ import annotations
 
@@ -22,9 +33,10 @@ from pathlib import Path
 
 import msgspec
 
+from specgen.runtime.auth import new_join_secret
 from specgen.runtime.backend import SchedulerEvaluationBackend
 from specgen.runtime.client import Client
-from specgen.runtime.process import ChildProcess, log_tail
+from specgen.runtime.process import ChildProcess, log_tail, pid_alive
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import RuntimeFailure
 
@@ -53,6 +65,7 @@ class LocalCluster:
         self.settings = settings or RuntimeSettings()
         self.evaluator = evaluator
         self.tmp = Path(tempfile.mkdtemp(prefix="specgen-local-"))
+        self.join_secret = new_join_secret()
         self.state_dir = state_dir or self.tmp / "state"
         self.address = address or f"ipc://{self.tmp}/scheduler.sock"
         if kv_control and self.settings.kv_control_bind is None:
@@ -67,8 +80,9 @@ class LocalCluster:
     def start_scheduler(self) -> ChildProcess:
         self.scheduler = ChildProcess(
             "scheduler", "specgen.runtime.scheduler",
-            ["--bind", self.address, "--state-dir", str(self.state_dir)],
+            ["--bind", self.address, "--state-dir", str(self.state_dir), "--remove-if-orphaned", str(self.tmp)],
             env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / "scheduler.log",
+            secrets={"join_secret": self.join_secret.hex()},
         ).start()
         return self.scheduler
 
@@ -84,8 +98,11 @@ class LocalCluster:
         node = ChildProcess(
             f"node{index}", "specgen.runtime.node", self._node_args(devices, index),
             env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / f"node{index}.log",
+            secrets={"join_secret": self.join_secret.hex()},
         ).start()
         self.nodes.append(node)
+        with open(self.tmp / _NODE_PIDS, "a") as f:   # what an orphaned scheduler waits for
+            f.write(f"{node.pid}\n")
         return node
 
     def start(self) -> "LocalCluster":
@@ -144,3 +161,24 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+_NODE_PIDS = "node-pids"
+
+
+def remove_orphaned_cluster_dir(tmp: Path, settings: RuntimeSettings) -> None:
+    """Called by a LocalCluster's scheduler that stopped because its parent died: wait until the
+    cluster's nodes (which got SIGTERM too and stop their workers first) have exited, so that
+    none of them writes there any more, then remove the cluster's directory."""
+    tmp = Path(tmp)
+    if not tmp.name.startswith("specgen-local-"):
+        return   # only ever a LocalCluster's own directory
+    try:
+        pids = [int(line) for line in (tmp / _NODE_PIDS).read_text().split()]
+    except (OSError, ValueError):
+        pids = []
+    # A node stops its workers in parallel: SIGTERM, `shutdown_grace_s`, SIGKILL.
+    deadline = time.monotonic() + 2 * settings.shutdown_grace_s + 5.0
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,7 @@
 """`specgen-node`: runs and supervises the evaluation workers of one host.
 
     specgen-node --scheduler tcp://HOST:PORT [--gpus 0,1] [--cpu-workers N] [--name NAME] [--keys DIR]
+                 [--join-secret FILE]
 
 One worker process per GPU (`--gpus`, or every GPU `nvidia-smi -L` lists), or `--cpu-workers N`
 CPU workers on a host without GPUs. Each worker connects to the scheduler itself; the node starts
@@ -9,6 +10,11 @@ it, waits for its READY (setting `ready_timeout_s`), restarts it when it dies (a
 at once when one exits (so its request is re-queued without waiting for a heartbeat timeout), and
 reports the health of its workers in its heartbeats. SIGTERM/SIGINT stop every worker (SIGTERM,
 join, SIGKILL) and the node; SIGKILL of the node takes its workers down with it.
+
+The node holds the cluster's join secret (`--join-secret FILE`, the file `specgen serve` names;
+see runtime/auth.py) and gives each worker only its own credential, derived from it, through the
+worker's secrets pipe, with its CURVE keys; the node's environment keeps neither, so nothing the
+workers start (evaluation runners) inherits them.
 """
 from __future__ import annotations
 
@@ -36,9 +42,11 @@ from specgen.errors import UsageError
 from specgen.messages import DeadNotice, Goodbye, WorkerExited, WorkerReady
 from specgen.runtime import wire
 from specgen.runtime.auth import (
-    KEYS_ENV, ClientKeys, client_keys_to_env, load_client_keys, require_keys_for,
+    DEFAULT_STATE_DIR, JOIN_SECRET_ENV, JOIN_SECRET_FILE, KEYS_ENV, ClientKeys, client_keys_from_env,
+    client_keys_to_text, load_client_keys, load_join_secret, peer_credential, present_credential,
+    require_keys_for,
 )
-from specgen.runtime.process import ChildProcess, die_with_parent, log_tail
+from specgen.runtime.process import ChildProcess, die_with_parent, log_tail, take_secrets
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import PeerConnection, SocketReader
 from specgen.runtime.worker import CONFIG_ENV, WorkerConfig
@@ -82,12 +90,18 @@ class NodeActor:
         keys: ClientKeys | None = None,
         evaluator: str = "eval",
         work_dir: Path | None = None,
+        join_secret: bytes | None = None,
     ) -> None:
+        """`join_secret`: the cluster's (runtime/auth.py); the node and its workers register with
+        credentials derived from it (None: with none, for a scheduler that asks for none)."""
         require_keys_for(scheduler, keys)
         self.scheduler = scheduler
         self.name = name
         self.settings = settings
         self.keys = keys
+        self.join_secret = join_secret
+        if join_secret is not None:
+            present_credential("node", name, peer_credential(join_secret, "node", name))
         self.evaluator = evaluator
         self.run_dir = Path(tempfile.mkdtemp(prefix="specgen-node-"))
         self.work_dir = work_dir or self.run_dir / "work"
@@ -140,13 +154,20 @@ class NodeActor:
         config = WorkerConfig(name=slot.name, node=self.name, device=slot.device, scheduler=self.scheduler,
                               node_notices=self.notices_address, evaluator=self.evaluator,
                               work_dir=str(self.work_dir / slot.name.replace("/", "_")))
-        env = {CONFIG_ENV: msgspec.json.encode(config).decode(), SETTINGS_ENV: self.settings.to_env(),
-               **client_keys_to_env(self.keys)}
+        env = {CONFIG_ENV: msgspec.json.encode(config).decode(), SETTINGS_ENV: self.settings.to_env()}
+        # The worker's own credential (it admits that one worker only) and the CURVE keys go
+        # through its secrets pipe: its environment is what its runners inherit.
+        secrets = {}
+        if self.join_secret is not None:
+            secrets["credential"] = peer_credential(self.join_secret, "worker", slot.name, node=self.name)
+        if self.keys is not None:
+            secrets["curve"] = client_keys_to_text(self.keys)
         if slot.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
             # CPU workers share the host's cores; one thread pool each would oversubscribe them.
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, self.cpu_workers)))
         slot.child = ChildProcess(slot.name, "specgen.runtime.worker", env=env, on_exit=self._child_exited,
-                                  log_path=self.run_dir / "logs" / f"{slot.name.replace('/', '_')}.log")
+                                  log_path=self.run_dir / "logs" / f"{slot.name.replace('/', '_')}.log",
+                                  secrets=secrets)
         slot.state = "starting"
         slot.started_at = time.monotonic()
         slot.restart_at = None
@@ -261,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="node name, unique per scheduler (default host-pid)")
     p.add_argument("--keys", type=Path, default=os.environ.get(KEYS_ENV) or None,
                    help="CURVE key directory (server.key, client.key_secret); required off loopback")
+    p.add_argument("--join-secret", type=Path, default=None, metavar="FILE",
+                   help="the cluster's join secret: the file `specgen serve --join-secret` names "
+                        f"(default ${JOIN_SECRET_ENV}, else {DEFAULT_STATE_DIR / JOIN_SECRET_FILE} "
+                        "when it exists: a scheduler with the default state directory on this host)")
     p.add_argument("--evaluator", default="eval",
                    help="'eval' (default), or 'replay[:RECORDING.json]' to play back recorded service times")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch space for the workers")
@@ -268,8 +293,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def find_join_secret(path: Path | None) -> bytes:
+    """The join secret: from the parent (a LocalCluster's, through the secrets pipe), else the
+    file `path`, $SPECGEN_JOIN_SECRET_FILE, or a local scheduler's default one."""
+    given = take_secrets().get("join_secret")
+    if given:
+        return bytes.fromhex(given)
+    path = path or (Path(os.environ[JOIN_SECRET_ENV]) if os.environ.get(JOIN_SECRET_ENV) else None)
+    default = DEFAULT_STATE_DIR / JOIN_SECRET_FILE
+    if path is None and default.exists():
+        path = default
+    if path is None:
+        raise UsageError(f"no join secret: pass --join-secret FILE, the file `specgen serve` writes "
+                         f"(STATE_DIR/{JOIN_SECRET_FILE}, mode 0600), or set ${JOIN_SECRET_ENV}")
+    return load_join_secret(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
+    take_secrets()
+    # Nothing the workers start may learn where the secret is, or the CURVE keys.
+    secret_file = os.environ.pop(JOIN_SECRET_ENV, None)
+    client_keys_from_env(pop=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     try:
@@ -278,8 +323,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_env().with_overrides(args.set)
         keys = load_client_keys(args.keys) if args.keys else None
         devices = parse_devices(args.gpus, args.cpu_workers)
+        require_keys_for(args.scheduler, keys)
+        join_secret = find_join_secret(args.join_secret or (Path(secret_file) if secret_file else None))
         name = args.name or f"{socket.gethostname()}-{os.getpid()}"
-        node = NodeActor(args.scheduler, name, devices, settings, keys, args.evaluator, args.work_dir)
+        node = NodeActor(args.scheduler, name, devices, settings, keys, args.evaluator, args.work_dir,
+                         join_secret)
     except UsageError as exc:
         print(f"specgen-node: error: {exc}", file=sys.stderr)
         return 2

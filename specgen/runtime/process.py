@@ -6,10 +6,16 @@ it behind the parent's back) and asks the kernel for SIGTERM when its parent die
 down. A monitor thread waits on each child and reports its exit at once. Stopping is SIGTERM,
 a join with `shutdown_grace_s`, then SIGKILL of the child's whole process group (which also
 reaps grandchildren such as candidate subprocesses).
+
+Secrets (a node's join secret, a worker's credential and CURVE keys) never travel in the
+environment, which every descendant inherits and `/proc/PID/environ` shows: `ChildProcess(secrets=)`
+writes them to a pipe the child inherits as one file descriptor, and the child's `take_secrets()`
+reads it once and closes it, so nothing the child starts later (evaluation runners) can read them.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -22,7 +28,10 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 PARENT_PID_ENV = "SPECGEN_PARENT_PID"
+SECRETS_FD_ENV = "SPECGEN_SECRETS_FD"    # the inherited descriptor of the secrets pipe (a number only)
 _PR_SET_PDEATHSIG = 1
+_MAX_SECRETS_BYTES = 32 * 1024           # written before the child starts: must fit in the pipe
+_secrets: dict[str, str] | None = None
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -42,6 +51,45 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 def parent_alive() -> bool:
     expected = int(os.environ.get(PARENT_PID_ENV, "0") or 0)
     return not expected or os.getppid() == expected
+
+
+def take_secrets() -> dict[str, str]:
+    """The secrets this process's parent gave it (`ChildProcess(secrets=...)`); {} when none.
+
+    The pipe is read and closed on the first call and its variable leaves os.environ, so neither
+    is inherited by anything this process starts; later calls return the same dict."""
+    global _secrets
+    if _secrets is None:
+        raw_fd = os.environ.pop(SECRETS_FD_ENV, "")
+        data = b""
+        if raw_fd:
+            fd = int(raw_fd)
+            try:
+                chunks = []
+                while chunk := os.read(fd, 65536):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+            finally:
+                os.close(fd)
+        _secrets = json.loads(data) if data else {}
+    return _secrets
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
 
 
 def log_tail(path: Path | None, lines: int = 15) -> str:
@@ -68,10 +116,15 @@ class ChildProcess:
         env: dict[str, str] | None = None,
         on_exit: Callable[["ChildProcess", int], None] | None = None,
         log_path: Path | None = None,
+        secrets: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.argv = [sys.executable, "-m", module, *(args or [])]
         self.env = {**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}
+        self.env.pop(SECRETS_FD_ENV, None)
+        self.secrets = json.dumps(secrets).encode() if secrets else b""
+        if len(self.secrets) > _MAX_SECRETS_BYTES:
+            raise ValueError(f"secrets of {len(self.secrets)} bytes: at most {_MAX_SECRETS_BYTES}")
         self.on_exit = on_exit
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
@@ -87,14 +140,26 @@ class ChildProcess:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             out = open(self.log_path, "ab")
+        env, pass_fds, read_end = self.env, (), -1
+        if self.secrets:
+            # Written whole before the child starts (it fits in the pipe), so the child reads to
+            # EOF; both ends are close-on-exec here, only the child's copy of the read end is not.
+            read_end, write_end = os.pipe()
+            try:
+                os.write(write_end, self.secrets)
+            finally:
+                os.close(write_end)
+            env, pass_fds = {**self.env, SECRETS_FD_ENV: str(read_end)}, (read_end,)
         try:
             self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT if out else None, start_new_session=True,
+                self.argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT if out else None, start_new_session=True, pass_fds=pass_fds,
             )
         finally:
             if out is not None:
                 out.close()
+            if read_end >= 0:
+                os.close(read_end)
         self._monitor = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
         self._monitor.start()
         return self

@@ -30,10 +30,10 @@ from typing import Any, Callable
 import msgspec
 
 from specgen.messages import JobEvent, JobResult, JobSpec
-from specgen.runtime.auth import client_keys_from_env
+from specgen.runtime.auth import client_keys_from_env, client_keys_from_text, present_credential
 from specgen.runtime.backend import SchedulerEvaluationBackend
 from specgen.runtime.client import Client
-from specgen.runtime.process import die_with_parent
+from specgen.runtime.process import die_with_parent, take_secrets
 from specgen.runtime.settings import settings_from_env
 
 log = logging.getLogger("specgen.reasoner")
@@ -113,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", required=True)
     parser.add_argument("--job-id", required=True)
     args = parser.parse_args(argv)
-    client = Client(args.scheduler, keys=client_keys_from_env(), settings=settings_from_env(),
+    # The job's credential and CURVE keys come from the scheduler through the secrets pipe.
+    secrets = take_secrets()
+    keys = client_keys_from_text(secrets.get("curve")) or client_keys_from_env(pop=True)
+    present_credential("reasoner", args.job_id, secrets.get("credential", ""))
+    client = Client(args.scheduler, keys=keys, settings=settings_from_env(),
                     role="reasoner", name=args.job_id)
     try:
         return asyncio.run(_main_async(client, args.job_id))

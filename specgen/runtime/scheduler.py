@@ -12,6 +12,9 @@ monitor threads that post their exits to an inbox the loop reads within a tick. 
 the core decides (runtime/kv_steward.py).
 
 Run as `specgen serve --bind tcp://127.0.0.1:PORT` or `python -m specgen.runtime.scheduler`.
+Workers, nodes and reasoners register only with credentials derived from the cluster's join
+secret (`--join-secret FILE`, default STATE_DIR/join_secret, made on the first start; see
+runtime/auth.py); the reasoners started here get theirs through their secrets pipe.
 """
 from __future__ import annotations
 
@@ -33,11 +36,12 @@ from specgen.kv.pool_control import RESIZE, STATS
 from specgen.messages import DeadNotice, KvPoolStats
 from specgen.runtime import wire
 from specgen.runtime.auth import (
-    KEYS_ENV, CurveGate, ServerKeys, client_keys_to_env, ephemeral_client_keys, is_loopback,
-    load_server_keys, require_keys_for,
+    DEFAULT_STATE_DIR, JOIN_SECRET_ENV, JOIN_SECRET_FILE, KEYS_ENV, CurveGate, ServerKeys, client_keys_to_text,
+    ephemeral_client_keys, is_loopback, load_join_secret, load_server_keys, peer_credential,
+    require_keys_for,
 )
 from specgen.runtime.journal import Journal
-from specgen.runtime.process import ChildProcess, log_tail
+from specgen.runtime.process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
 from specgen.runtime.transport import NOBLOCK, POLLIN, configure, new_context, recv_frame, send_frames
@@ -53,14 +57,19 @@ _kv_encoder = msgspec.msgpack.Encoder()
 
 class SchedulerActor:
     def __init__(self, bind: str, state_dir: Path, settings: RuntimeSettings,
-                 keys: ServerKeys | None = None) -> None:
+                 keys: ServerKeys | None = None, join_secret: bytes | None = None) -> None:
+        """`join_secret`: the cluster's (runtime/auth.py); None reads STATE_DIR/join_secret,
+        making it on the first start."""
         require_keys_for(bind, keys)
         settings.check()   # among others: kv_control_bind must be a loopback address
         self.settings = settings
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
+        if join_secret is None:
+            join_secret = load_join_secret(state_dir / JOIN_SECRET_FILE, create=True)
+        self.join_secret = join_secret
         self.journal = Journal(state_dir / "journal.sqlite3")
-        self.core = SchedulerCore(settings, self.journal)
+        self.core = SchedulerCore(settings, self.journal, join_secret=join_secret)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()   # from other threads; see `post`
         self.reasoners: dict[str, ChildProcess] = {}
         self._stopping = False
@@ -191,11 +200,15 @@ class SchedulerActor:
         old = self.reasoners.pop(job_id, None)
         if old is not None and old.alive():
             old.stop(self.settings.shutdown_grace_s)
-        env = {SETTINGS_ENV: self.settings.to_env(), **client_keys_to_env(self.reasoner_keys)}
+        env = {SETTINGS_ENV: self.settings.to_env()}
+        secrets = {"credential": peer_credential(self.join_secret, "reasoner", job_id)}
+        if self.reasoner_keys is not None:
+            secrets["curve"] = client_keys_to_text(self.reasoner_keys)
         child = ChildProcess(
             f"reasoner-{job_id}", "specgen.runtime.reasoner",
             ["--scheduler", self.local_address, "--job-id", job_id], env=env,
             on_exit=self._reasoner_exited, log_path=self.state_dir / "logs" / f"{job_id}.log",
+            secrets=secrets,
         )
         self.reasoners[job_id] = child
         child.start()
@@ -331,13 +344,21 @@ class SchedulerActor:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", default="tcp://127.0.0.1:5555",
                         help="address to listen on (default tcp://127.0.0.1:5555); non-loopback needs --keys")
-    parser.add_argument("--state-dir", type=Path, default=Path.home() / ".local" / "state" / "specgen" / "scheduler",
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                         help="journal of jobs and verdicts; a restart resumes from it "
                              "(default ~/.local/state/specgen/scheduler)")
     parser.add_argument("--keys", type=Path, default=os.environ.get(KEYS_ENV) or None,
                         help="CURVE key directory (server.key_secret, authorized/); see `specgen keys`")
+    parser.add_argument("--join-secret", type=Path, default=os.environ.get(JOIN_SECRET_ENV) or None,
+                        metavar="FILE",
+                        help="the cluster's join secret, from which workers, nodes and reasoners "
+                             f"derive their credentials; made (mode 0600) when missing (default "
+                             f"STATE_DIR/{JOIN_SECRET_FILE}, or ${JOIN_SECRET_ENV}); give the same "
+                             "file to every specgen-node")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a runtime setting (see specgen/runtime/settings.py)")
+    # A LocalCluster's private directory, removed by this process if its parent dies (local.py).
+    parser.add_argument("--remove-if-orphaned", type=Path, default=None, help=argparse.SUPPRESS)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -345,18 +366,30 @@ def serve(args: argparse.Namespace) -> int:
     keys = load_server_keys(args.keys) if args.keys else None
     if keys is None and not is_loopback(args.bind):
         require_keys_for(args.bind, None)
-    actor = SchedulerActor(args.bind, args.state_dir, settings, keys)
+    given = take_secrets().get("join_secret")   # a LocalCluster's, never written to disk
+    if given:
+        join_secret, source = bytes.fromhex(given), "from the parent process"
+    else:
+        path = args.join_secret or args.state_dir / JOIN_SECRET_FILE
+        join_secret, source = load_join_secret(path, create=True), f"in {path}"
+    actor = SchedulerActor(args.bind, args.state_dir, settings, keys, join_secret)
     signal.signal(signal.SIGTERM, actor.request_stop)
     signal.signal(signal.SIGINT, actor.request_stop)
     print(f"specgen scheduler listening on {actor.address}", flush=True)
+    log.info("workers and nodes join with the cluster secret %s", source)
     try:
         actor.run()
     finally:
         actor.close()
+        if args.remove_if_orphaned is not None and not parent_alive():
+            from specgen.runtime.local import remove_orphaned_cluster_dir
+
+            remove_orphaned_cluster_dir(args.remove_if_orphaned, settings)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()   # a LocalCluster's scheduler ends with the process that started it
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     parser = argparse.ArgumentParser(prog="python -m specgen.runtime.scheduler")
     add_arguments(parser)

@@ -14,6 +14,13 @@ Invariants:
   passed, or it lost `max_request_attempts` workers). A lost worker's request goes back to its
   queue with its original priority.
 - A worker changes pool only while idle; a busy worker is marked and moves when it reports.
+- A result is accepted only from the worker that holds the request: its current assignment (or
+  the request it said it was running when it registered), or a result it kept from before it
+  registered again (listed in its Hello: from a previous scheduler, or of a request taken back
+  from it that nobody else took since). Any other result is refused, logged and counted
+  (`results_refused`), and acknowledged so the worker does not send it again.
+- With a join secret (the scheduler process always has one), a worker, node or reasoner
+  registers only with the credential derived from it (runtime/auth.py); clients need none.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ from specgen.messages import (
     ReportJobEvent, ReportJobResult, ResyncUpdates, SchedulerStats, StatsReply, SubmitAck,
     SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited, WorkerStat, _Wire,
 )
+from specgen.runtime.auth import AUTHENTICATED_ROLES, check_credential
 from specgen.runtime.journal import Journal
 from specgen.runtime.kv_steward import KvPoolSteward, WorkerPlacement, device_index
 from specgen.runtime.pools import PoolController, UsageMeter
@@ -47,6 +55,9 @@ log = logging.getLogger(__name__)
 
 ROLES = ("client", "worker", "node", "reasoner")
 Key = tuple[str, str, str]
+_MAX_HELD_RESULTS = 256          # kept results a worker may list in its Hello
+_MAX_RELEASED = 1024             # requests taken back from lost workers, remembered for their results
+_RECENT_RESULTS = 16             # request ids a worker answered lately (a repeat is a duplicate)
 
 
 @dataclass(slots=True)
@@ -71,6 +82,8 @@ class WorkerState:
     pending_pool: str | None = None
     pid: int = 0
     host: str = ""
+    held: set[str] = field(default_factory=set)     # kept results it listed in its Hello
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_RECENT_RESULTS))
 
     @property
     def future_pool(self) -> str:
@@ -113,9 +126,14 @@ class SchedulerCore:
         scheduler_id: str | None = None,
         wall: Callable[[], float] = time.time,
         now: float | None = None,
+        join_secret: bytes | None = None,
     ) -> None:
+        """`join_secret`: workers, nodes and reasoners must present credentials derived from it
+        (runtime/auth.py). None admits them without (tests and benchmarks that drive the core
+        directly); the scheduler process always passes one."""
         self.settings = settings
         self.journal = journal
+        self.join_secret = join_secret
         self.scheduler_id = scheduler_id or uuid.uuid4().hex[:12]
         self.wall = wall
         now = time.monotonic() if now is None else now
@@ -135,6 +153,10 @@ class SchedulerCore:
         self.running: dict[str, QueuedRequest] = {}    # request_id -> request
         self.direct: dict[Key, QueuedRequest] = {}     # one-off requests, queued or running
         self.work_acks: dict[bytes, list[int]] = {}     # worker -> WorkDone call_ids not yet acked
+        # request id -> (worker name, request) for requests taken back from lost workers: that
+        # worker's kept result is still accepted while the request waits in its queue.
+        self.released: collections.OrderedDict[str, tuple[str, QueuedRequest]] = collections.OrderedDict()
+        self._refusals_logged: dict[str, float] = {}     # peer name -> last refused-Hello warning
         self.seq = itertools.count(1)
         self.request_ids = itertools.count(1)
         self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
@@ -251,10 +273,20 @@ class SchedulerCore:
         if msg.role not in ROLES:
             self.reply(peer, ErrorReply(code="bad_role", message=f"unknown role {msg.role!r}; one of {ROLES}"))
             return
+        if msg.role in AUTHENTICATED_ROLES and self.join_secret is not None:
+            node = msg.node if msg.role == "worker" else ""
+            if not check_credential(self.join_secret, msg.role, msg.name, node, msg.credential):
+                self._refuse_hello(peer, msg, now)
+                return
         if msg.role == "reasoner" and msg.name not in self.jobs:
             self.reply(peer, ErrorReply(code="unknown_job", message=f"no running job {msg.name!r}"))
             return
         known = self.peers.get(peer)
+        if known is not None and (known.role, known.name) != (msg.role, msg.name):
+            # The same connection registering as someone else: it starts over as that one
+            # (a client's connection never keeps a client's registration while acting as a worker).
+            self._peer_lost(peer, f"registered again as {msg.role} {msg.name}", now)
+            known = None
         if known is None:
             # Another live peer with the same worker name is an older incarnation: it is gone.
             if msg.role == "worker":
@@ -280,6 +312,21 @@ class SchedulerCore:
             max_message_bytes=self.settings.max_message_bytes,
         ))
 
+    def _refuse_hello(self, peer: bytes, msg: Hello, now: float) -> None:
+        self.counters["hellos_refused"] += 1
+        what = "no credential" if not msg.credential else "a wrong credential"
+        # One warning per name a minute: a misconfigured node retries every second.
+        last = self._refusals_logged.get(msg.name)
+        if last is None or now - last > 60.0:
+            if len(self._refusals_logged) > 1000:
+                self._refusals_logged.clear()
+            self._refusals_logged[msg.name] = now
+            log.warning("refused %s %r (peer %r): %s", msg.role, msg.name, peer[:40], what)
+        self.reply(peer, ErrorReply(code="unauthorized", message=(
+            f"{msg.role} {msg.name!r}: {what}; workers, nodes and reasoners need a credential "
+            "derived from the cluster's join secret (specgen-node --join-secret FILE, the file "
+            "`specgen serve --join-secret` names; default STATE_DIR/join_secret)")))
+
     def on_heartbeat(self, peer: bytes, msg: Heartbeat, now: float) -> None:
         if msg.health:
             self.peers[peer].health = msg.health
@@ -293,7 +340,8 @@ class SchedulerCore:
         self._peer_lost(peer, f"fatal error: {msg.reason}", now)
 
     def on_worker_exited(self, peer: bytes, msg: WorkerExited, now: float) -> None:
-        for w in [w for w in self.workers.values() if w.name == msg.name]:
+        node = self.peers[peer].name   # a node speaks for its own workers only
+        for w in [w for w in self.workers.values() if w.name == msg.name and w.node == node]:
             self._peer_lost(w.peer, f"process exited with code {msg.exit_code} {msg.reason}".strip(), now)
 
     def _peer_lost(self, peer: bytes, reason: str, now: float) -> None:
@@ -303,6 +351,12 @@ class SchedulerCore:
             log.info("%s %s lost: %s", known.role, known.name, reason)
         w = self.workers.pop(peer, None)
         if w is not None and w.busy is not None:
+            if w.busy.request_id and not w.busy.orphan:
+                # If the worker comes back with this result (it was only cut off), the result
+                # counts while nobody else has taken the request.
+                self.released[w.busy.request_id] = (w.name, w.busy)
+                while len(self.released) > _MAX_RELEASED:
+                    self.released.popitem(last=False)
             self._requeue_lost(w.busy, f"worker {w.name} {reason}", now)
         for job in self.jobs.values():
             job.subscribers.discard(peer)
@@ -328,14 +382,25 @@ class SchedulerCore:
             pool = "validate" if validators < self.pools.static_validators(n) else "profile"
         w = WorkerState(peer=peer, name=msg.name, node=msg.node, device=msg.device or "cpu", pool=pool,
                         pid=msg.pid, host=msg.host)
+        w.held.update(msg.held_results[:_MAX_HELD_RESULTS])
         self.workers[peer] = w
         if msg.busy_request_id:
-            # The worker was running a request when this scheduler (re)started: adopt it.
+            # The worker was running a request when this scheduler (re)started, or when it was
+            # taken for lost: adopt it.
             key = tuple(msg.busy_key) if len(msg.busy_key) == 3 else ("", "", "")
-            req = self._find_live(key)  # type: ignore[arg-type]
-            if req is not None and req.request_id in self.running:
-                req = None   # already adopted by another worker: this one is a stray duplicate
-            elif req is not None:
+            if self._issued_here(msg.busy_request_id):
+                # Ours: only if it was this worker's and nobody has taken it since.
+                rec = self.released.get(msg.busy_request_id)
+                req = rec[1] if rec is not None and rec[0] == msg.name else None
+                if req is not None and (req.request_id or req.removed or not self._is_live(req)):
+                    req = None
+                if req is not None:
+                    del self.released[msg.busy_request_id]
+            else:
+                req = self._find_live(key)  # type: ignore[arg-type]
+                if req is not None and req.request_id in self.running:
+                    req = None   # already adopted by another worker: this one is a stray duplicate
+            if req is not None:
                 self._unqueue(req)
             if req is None:
                 req = QueuedRequest(
@@ -359,6 +424,16 @@ class SchedulerCore:
             return self.direct.get(key)
         job = self.jobs.get(key[0])
         return job.live.get(key) if job is not None else None
+
+    def _is_live(self, req: QueuedRequest) -> bool:
+        """Still waiting for its result (queued or running)."""
+        if req.direct:
+            return self.direct.get(req.key) is req
+        job = self.jobs.get(req.key[0])
+        return job is not None and job.live.get(req.key) is req
+
+    def _issued_here(self, request_id: str) -> bool:
+        return request_id.startswith(self.scheduler_id + "-")
 
     def _unqueue(self, req: QueuedRequest) -> None:
         self.queues[req.pool].remove(req)
@@ -445,22 +520,84 @@ class SchedulerCore:
     def on_work_done(self, peer: bytes, msg: WorkDone, now: float) -> None:
         # Acknowledged in the next message to this worker (its next assignment, else its next
         # heartbeat's ack), all sent after the commit: a result needs no message of its own.
+        # A refused result is acknowledged too: the worker is not to send it again.
         self.work_acks.setdefault(peer, []).append(msg.call_id)
         upd = msg.update
-        key = (upd.job_id, upd.candidate_id, upd.stage)
+        rid = msg.request_id
         w = self.workers.get(peer)
-        req = self.running.pop(msg.request_id, None)
-        if w is not None and w.busy is not None and (w.busy.request_id == msg.request_id or w.busy.key == key):
-            served = w.busy
+        if w is None:
+            self._refuse_result(peer, msg, "the peer is not a registered worker")
+            return
+        served = w.busy
+        if served is not None and served.request_id == rid:
+            sub = served.submission
             w.busy = None
+            self.running.pop(rid, None)
+            if (upd.job_id, upd.candidate_id, upd.stage) != (sub.job_id, sub.candidate_id, served.stage):
+                self._refuse_result(peer, msg, f"its update is for {upd.job_id}/{upd.candidate_id} "
+                                               f"{upd.stage}, not for the request's candidate")
+                if not served.orphan and self._is_live(served):
+                    self._requeue_lost(served, f"worker {w.name} answered it for another candidate", now)
+                return
             w.completed += 1
+            w.recent.append(rid)
             if not served.orphan:
                 self.pools.record_service(served.pool, max(0.0, upd.finished_at - upd.started_at))
             if w.pending_pool:
                 w.pool, w.pending_pool = w.pending_pool, None
                 self.counters["reassignments"] += 1
-        if req is None or req.orphan:
-            req = self._find_live(key)
+            if served.orphan:
+                self._kept_result(w, msg, now)
+            elif self._is_live(served):
+                self._complete(served, upd, now)
+            else:
+                self.counters["duplicates_ignored"] += 1   # dropped meanwhile, or answered elsewhere
+            return
+        if rid in w.held:
+            w.held.discard(rid)
+            w.recent.append(rid)
+            self._kept_result(w, msg, now)
+            return
+        if rid in w.recent:
+            self.counters["duplicates_ignored"] += 1   # answered before (a re-send)
+            return
+        if rid in self.running:
+            why = "the request is assigned to another worker"
+        elif self._issued_here(rid):
+            why = "the request was never assigned to it, or was taken back from it"
+        else:
+            why = "no such request is running"
+        self._refuse_result(peer, msg, why)
+
+    def _kept_result(self, w: WorkerState, msg: WorkDone, now: float) -> None:
+        """A result of a request this worker held but that is not (or no longer) booked as its
+        assignment: from before a scheduler restart, or of a request taken back from it when it
+        was lost. It counts unless the request has been given to another worker since."""
+        upd, rid = msg.update, msg.request_id
+        if self._issued_here(rid):
+            rec = self.released.get(rid)
+            if rec is None or rec[0] != w.name:
+                self._refuse_result(w.peer, msg, "the request was never assigned to it")
+                return
+            req = rec[1]
+            if not self._is_live(req):
+                self.counters["duplicates_ignored"] += 1
+                return
+            if req.request_id:
+                if w.busy is not req:
+                    self._refuse_result(w.peer, msg, "the request was given to another worker after "
+                                                     "this one was taken for lost")
+                    return
+                # Given back to this same worker when it registered again: the result it kept
+                # counts, and the new attempt is stopped (its answer is then ignored).
+                self.running.pop(req.request_id, None)
+                self.reply(w.peer, CancelWork(request_id=req.request_id))
+            else:
+                self._unqueue(req)
+            del self.released[rid]
+        else:
+            # Assigned by an earlier scheduler, whose books are gone: the journal knows the key.
+            req = self._find_live((upd.job_id, upd.candidate_id, upd.stage))
             if req is None:
                 self.counters["duplicates_ignored"] += 1
                 return
@@ -473,6 +610,14 @@ class SchedulerCore:
             else:
                 self._unqueue(req)
         self._complete(req, upd, now)
+
+    def _refuse_result(self, peer: bytes, msg: WorkDone, why: str) -> None:
+        self.counters["results_refused"] += 1
+        known = self.peers.get(peer)
+        upd = msg.update
+        log.warning("refused a result from %s %r (peer %r) for request %r (%s/%s %s): %s",
+                    known.role if known else "peer", known.name if known else "?", peer[:40],
+                    msg.request_id, upd.job_id, upd.candidate_id, upd.stage, why)
 
     def _complete(self, req: QueuedRequest, upd: CandidateUpdate, now: float) -> None:
         self.counters["requests_done"] += 1
@@ -867,6 +1012,8 @@ class SchedulerCore:
             requests_requeued=self.counters["requests_requeued"],
             requests_dropped=self.counters["requests_dropped"],
             duplicates_ignored=self.counters["duplicates_ignored"],
+            results_refused=self.counters["results_refused"],
+            hellos_refused=self.counters["hellos_refused"],
             reassignments=self.counters["reassignments"],
             feedback_latency_p50_s=pick(0.5), feedback_latency_p95_s=pick(0.95),
             busy_while_waiting=self.usage.busy_share_while_waiting(),

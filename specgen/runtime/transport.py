@@ -40,7 +40,7 @@ from specgen.messages import (
     Ack, DeadNotice, ErrorReply, Heartbeat, HeartbeatAck, Hello, WorkDone, Welcome, _Wire,
 )
 from specgen.runtime import wire
-from specgen.runtime.auth import ClientKeys, apply_client_keys
+from specgen.runtime.auth import ClientKeys, apply_client_keys, presented_credential
 from specgen.runtime.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -374,6 +374,11 @@ class PeerConnection:
             self._pending[call_id] = (msg, None)
         self._send_frames(wire.encode(msg))
 
+    def kept(self) -> list[_Wire]:
+        """The messages sent with send_kept that are not acknowledged yet, oldest first."""
+        with self._lock:
+            return [msg for msg, fut in self._pending.values() if fut is None]
+
     def request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
         timeout = self.settings.call_timeout_s if timeout is None else timeout
         waiter = _Waiter()
@@ -558,7 +563,8 @@ class PeerConnection:
             # (candidate updates, job events) did not reach us: pick the streams up again.
             self._rejoining = True
         self._last_hello = time.monotonic()
-        self.send(Hello(role=self.role, name=self.name, pid=os.getpid(), **self._hello_fields()))
+        self.send(Hello(role=self.role, name=self.name, pid=os.getpid(),
+                        credential=presented_credential(self.role, self.name), **self._hello_fields()))
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + self.settings.heartbeat_interval_s

@@ -7,7 +7,14 @@ meanwhile the connection's keeper thread keeps heartbeats flowing and turns Canc
 cancel of the evaluator. Startup: the evaluator starts (spare candidate processes
 are warmed), then WorkerReady goes to the node over a local PUSH socket; a fatal error sends a
 DeadNotice to both the node and the scheduler before the process exits. A result is kept and
-re-sent until the scheduler acknowledges it, so a scheduler restart loses no verdict.
+re-sent until the scheduler acknowledges it, so a scheduler restart loses no verdict; the Hello
+lists the kept results' request ids, the only results of ours the scheduler takes besides the
+current assignment's.
+
+The worker's credential (derived by its node from the join secret, runtime/auth.py) and CURVE
+keys arrive through its secrets pipe (`process.take_secrets`) and are taken out of the environment
+at start-up, before any evaluation runner exists: runners run untrusted candidate code and must
+not be able to register as this worker.
 """
 from __future__ import annotations
 
@@ -31,8 +38,10 @@ from specgen.messages import (
     WorkDone, WorkerReady, _Wire,
 )
 from specgen.runtime import wire
-from specgen.runtime.auth import client_keys_from_env
-from specgen.runtime.process import die_with_parent, parent_alive
+from specgen.runtime.auth import (
+    ClientKeys, client_keys_from_env, client_keys_from_text, present_credential,
+)
+from specgen.runtime.process import die_with_parent, parent_alive, take_secrets
 from specgen.runtime.settings import RuntimeSettings, settings_from_env
 from specgen.runtime.transport import PeerConnection
 
@@ -64,9 +73,13 @@ def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluato
         from specgen.eval import EvalOptions, EvalWorker
 
         options = msgspec.convert(settings.eval_options, EvalOptions)
+        # Candidates must not see the cluster's sockets (ipc:// paths) beyond what the sandbox
+        # always hides; its network namespace already cuts tcp:// addresses.
+        hidden = [str(Path(a[len("ipc://"):]).parent) for a in (config.scheduler, config.node_notices)
+                  if a.startswith("ipc://")]
         return EvalWorker(device=config.device, work_dir=Path(config.work_dir),
                           spare_processes=settings.spare_processes, options=options,
-                          name=config.name)
+                          name=config.name, hidden_paths=hidden)
     if config.evaluator == "replay" or config.evaluator.startswith("replay:"):
         from specgen.runtime.replay import ReplayEvaluator
 
@@ -75,7 +88,7 @@ def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluato
 
 
 class WorkerActor:
-    def __init__(self, config: WorkerConfig, settings: RuntimeSettings) -> None:
+    def __init__(self, config: WorkerConfig, settings: RuntimeSettings, keys: ClientKeys | None = None) -> None:
         self.config = config
         self.settings = settings
         self.host = socket.gethostname()    # pairs this worker with KV pools on its device
@@ -87,7 +100,7 @@ class WorkerActor:
         self._lock = threading.Lock()
         self.ctx = zmq.Context()
         self.conn = PeerConnection(
-            config.scheduler, "worker", config.name, settings, client_keys_from_env(),
+            config.scheduler, "worker", config.name, settings, keys,
             on_message=self._on_message, hello_fields=self._busy_fields,
             heartbeat_fields=self._heartbeat_fields, ctx=self.ctx)
         self.notices: zmq.Socket | None = None
@@ -99,7 +112,10 @@ class WorkerActor:
     # -- whichever thread drives the connection ------------------------------------------
     def _busy_fields(self) -> dict[str, Any]:
         cur = self.current
-        where = {"node": self.config.node, "device": self.config.device, "host": self.host}
+        where: dict[str, Any] = {"node": self.config.node, "device": self.config.device, "host": self.host}
+        held = [m.request_id for m in self.conn.kept() if isinstance(m, WorkDone)]
+        if held:
+            where["held_results"] = held
         if cur is None:
             return where
         sub = cur.submission
@@ -174,9 +190,10 @@ class WorkerActor:
             update = self.run_one(task)
             if self.stopping.is_set() and update.cancelled:
                 break   # interrupted by our own shutdown: the Goodbye below re-queues it
+            # Kept before it stops being current: a Hello in between lists it either way.
+            self.conn.send_kept(WorkDone(request_id=task.request_id, update=update))
             with self._lock:
                 self.current = None
-            self.conn.send_kept(WorkDone(request_id=task.request_id, update=update))
 
     def close(self) -> None:
         cur = self.current
@@ -194,8 +211,12 @@ def main() -> int:
     die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = msgspec.json.decode(os.environ[CONFIG_ENV], type=WorkerConfig)
+    secrets = take_secrets()
+    env_keys = client_keys_from_env(pop=True)   # never left in the environment the runners get
+    keys = client_keys_from_text(secrets.get("curve")) or env_keys
+    present_credential("worker", config.name, secrets.get("credential", ""))
     settings = settings_from_env()
-    actor = WorkerActor(config, settings)
+    actor = WorkerActor(config, settings, keys)
     signal.signal(signal.SIGTERM, actor.request_stop)
     signal.signal(signal.SIGINT, actor.request_stop)
     try:

@@ -40,3 +40,43 @@ def test_keys_round_trip_and_authorization(tmp_path: Path, monkeypatch: pytest.M
     require_keys_for("tcp://10.0.0.1:1", client)
     with pytest.raises(UsageError, match="specgen keys generate"):
         require_keys_for("tcp://10.0.0.1:1", None)
+
+
+def test_join_secret_file_is_made_private_once_and_read_back(tmp_path: Path) -> None:
+    from specgen.runtime.auth import load_join_secret
+
+    path = tmp_path / "state" / "join_secret"
+    secret = load_join_secret(path, create=True)
+    assert len(secret) == 32 and (path.stat().st_mode & 0o777) == 0o600
+    assert load_join_secret(path, create=True) == secret == load_join_secret(path)
+    with pytest.raises(UsageError, match="not found"):
+        load_join_secret(tmp_path / "missing")
+    (tmp_path / "short").write_text("abcd\n")
+    with pytest.raises(UsageError, match="at least 16 bytes"):
+        load_join_secret(tmp_path / "short")
+
+
+def test_credentials_admit_one_name_in_one_role_only() -> None:
+    from specgen.runtime.auth import check_credential, new_join_secret, peer_credential
+
+    secret = new_join_secret()
+    cred = peer_credential(secret, "worker", "n1/cpu0", "n1")
+    assert check_credential(secret, "worker", "n1/cpu0", "n1", cred)
+    assert secret.hex() not in cred
+    for role, name, node in (("worker", "n1/cpu1", "n1"), ("worker", "n1/cpu0", "n2"),
+                             ("node", "n1/cpu0", "n1"), ("reasoner", "n1/cpu0", "")):
+        assert not check_credential(secret, role, name, node, cred)
+    assert not check_credential(new_join_secret(), "worker", "n1/cpu0", "n1", cred)
+    assert not check_credential(secret, "worker", "n1/cpu0", "n1", "")
+    assert not check_credential(secret, "worker", "n1/cpu0", "n1", "ü" * 64)   # no TypeError
+
+
+def test_curve_keys_can_leave_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    generate(tmp_path)
+    keys = load_client_keys(tmp_path)
+    for key, value in client_keys_to_env(keys).items():
+        monkeypatch.setenv(key, value)
+    assert client_keys_from_env(pop=True) == keys
+    assert client_keys_from_env() is None and not any("CURVE" in k for k in os.environ)

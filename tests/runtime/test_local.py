@@ -27,3 +27,41 @@ def test_status_command_prints_pools_and_workers(capsys: pytest.CaptureFixture) 
         assert cli_main(["status", "--scheduler", cluster.address]) == 0
     out = capsys.readouterr().out
     assert "validate" in out and "profile" in out and "local0/cpu0" in out and "local0/cpu1" in out
+
+
+HOLDER = """
+import json, time
+from specgen.runtime.local import LocalCluster
+from specgen.runtime.settings import RuntimeSettings
+cluster = LocalCluster(workers=2, evaluator="replay", settings=RuntimeSettings(shutdown_grace_s=2.0)).start()
+print(json.dumps({"tmp": str(cluster.tmp), "workers": [w.pid for w in cluster.client.stats().workers]}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_takes_its_cluster_and_its_directory_with_it() -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.runtime.conftest import alive, descendants, wait_for
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    owner = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        info = json.loads(owner.stdout.readline())
+        tmp = Path(info["tmp"])
+        cluster = descendants(owner.pid)
+        assert set(info["workers"]) <= cluster and len(cluster) >= 4 and tmp.is_dir()
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(10)
+        wait_for(lambda: not alive(cluster), 20, "the scheduler, node and workers to exit")
+        wait_for(lambda: not tmp.exists(), 20, f"{tmp} to be removed")
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        owner.stdout.close()

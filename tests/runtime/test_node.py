@@ -111,7 +111,8 @@ def test_node_command_line_errors_are_one_line(capsys: pytest.CaptureFixture) ->
 
 
 def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> None:
-    """A node reaching the scheduler over TCP: its workers inherit its CURVE keys."""
+    """A node reaching the scheduler over TCP: its workers get its CURVE keys, and credentials
+    derived from the join secret the scheduler wrote to its state directory."""
     import specgen
     from specgen.runtime.auth import generate
     from specgen.runtime.process import ChildProcess
@@ -131,7 +132,8 @@ def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> Non
                            30, "the scheduler to listen")
         node = ChildProcess("node", "specgen.runtime.node",
                             ["--scheduler", address, "--keys", str(keys), "--cpu-workers", "2",
-                             "--evaluator", "replay", "--name", "remote"],
+                             "--evaluator", "replay", "--name", "remote",
+                             "--join-secret", str(state / "join_secret")],
                             env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "n.log").start()
         with specgen.Client(address, keys=keys) as client:
             wait_for(lambda: len(client.stats().workers) == 2, 60, "both workers to register over CURVE")

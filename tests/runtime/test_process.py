@@ -66,3 +66,49 @@ def test_grandchild_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
         wait_for(lambda: not alive({grandchild}), 10, "the grandchild to die with its parent")
     finally:
         parent.stop(1.0)
+
+
+SECRETIVE = """
+import json, os, subprocess, sys
+from pathlib import Path
+from specgen.runtime.process import SECRETS_FD_ENV, take_secrets
+fd = int(os.environ[SECRETS_FD_ENV])
+secrets = take_secrets()
+assert take_secrets() is secrets
+# What this process starts now (an evaluation runner, say) finds neither the variable nor the
+# descriptor, even when it is handed every descriptor there is.
+probe = (
+    "import os, sys\\n"
+    "fd = int(sys.argv[1])\\n"
+    "try:\\n"
+    "    os.fstat(fd); open_fd = True\\n"
+    "except OSError:\\n"
+    "    open_fd = False\\n"
+    "print(int(open_fd), int('SPECGEN_SECRETS_FD' in os.environ), int(sys.argv[2] in open('/proc/self/environ').read()))\\n"
+)
+out = subprocess.run([sys.executable, "-c", probe, str(fd), secrets["credential"]], close_fds=False,
+                     capture_output=True, text=True, check=True).stdout.split()
+Path(sys.argv[1]).write_text(json.dumps({"secrets": secrets, "grandchild": out,
+                                         "env": SECRETS_FD_ENV in os.environ}))
+"""
+
+
+def test_secrets_reach_the_child_only_and_nothing_it_starts(tmp_path: Path) -> None:
+    (tmp_path / "secretive.py").write_text(SECRETIVE)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    report = tmp_path / "report.json"
+    secret = "c0ffee" * 10
+    child = ChildProcess("secretive", "secretive", [str(report)], env=env, log_path=tmp_path / "s.log",
+                         secrets={"credential": secret}).start()
+    try:
+        assert child.proc.wait(30) == 0, log_tail(tmp_path / "s.log")
+    finally:
+        child.stop(1.0)
+    import json
+
+    data = json.loads(report.read_text())
+    assert data["secrets"] == {"credential": secret}
+    assert data["env"] is False                          # the variable left os.environ
+    assert data["grandchild"] == ["0", "0", "0"]          # no descriptor, no variable, no secret
+    assert secret not in Path(f"/proc/{os.getpid()}/environ").read_text()
+    assert secret.encode() not in " ".join(child.argv).encode()

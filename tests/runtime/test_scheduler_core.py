@@ -7,7 +7,7 @@ from specgen.messages import (
     Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission, CandidateUpdate,
     CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob,
     Heartbeat, HeartbeatAck, Hello, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
-    SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
+    ResyncUpdates, SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
 )
 from specgen.runtime.journal import Journal
 from specgen.runtime.scheduler_core import SchedulerCore
@@ -436,3 +436,278 @@ def test_restart_resumes_jobs_from_the_journal_without_losing_or_repeating(tmp_p
     assert [(u.candidate_id, u.stage) for u in updates(out)] == [("c1", "profile")]
     status = h2.core.job_status("J")
     assert status.updates == 2 and status.candidates == 2
+
+
+# -- who may answer a request -------------------------------------------------------------------
+
+def _done(h: Harness, worker: bytes, request_id: str, cid: str, stage: str = "validate",
+          job: str = "j1", speedup: float | None = None) -> list:
+    """A WorkDone as `worker` would send it, for any request id and candidate."""
+    v = Verdict(stage=stage, compiled=True, correct=True, speedup=speedup)
+    upd = CandidateUpdate(job_id=job, candidate_id=cid, stage=stage, verdict=v, worker=worker.decode(),
+                          started_at=h.wall - 1, finished_at=h.wall)
+    return h.send(worker, WorkDone(call_id=h.call_id(), request_id=request_id, update=upd))
+
+
+def _acked(h: Harness, worker: bytes) -> list[int]:
+    [ack] = [m for _, m in h.send(worker, Heartbeat()) if isinstance(m, HeartbeatAck)]
+    return ack.acked
+
+
+def test_a_result_from_a_worker_the_request_was_not_assigned_to_is_refused(h: Harness) -> None:
+    w1, w2 = h.worker("n1/cpu0"), h.worker("n1/cpu1")
+    [(owner, a)] = [(p, m) for p, m in h.submit("c1", profile=False) if isinstance(m, AssignWork)]
+    intruder = w2 if owner == w1 else w1
+    out = _done(h, intruder, a.request_id, "c1")
+    assert not updates(out) and h.core.stats(h.now).results_refused == 1
+    assert h.core.workers[owner].busy is not None and h.core.workers[intruder].busy is None
+    assert _acked(h, intruder)                 # acknowledged all the same: not re-sent forever
+    [u] = updates(h.finish(owner, a))          # the assigned worker's answer counts
+    assert u.candidate_id == "c1" and u.worker == owner.decode()
+    stats = h.core.stats(h.now)
+    assert stats.requests_done == 1 and stats.results_refused == 1 and stats.duplicates_ignored == 0
+
+
+def test_a_result_for_a_queued_request_is_refused() -> None:
+    h = Harness(pool_mode="static", static_validate_workers=1)
+    h.hello(CLIENT, "client", "c")
+    w = h.worker("n1/cpu0")
+    [first] = assigns(h.submit("c1", profile=False))
+    h.submit("c2", profile=False)                 # waits behind c1
+    queued = [r for q in h.core.queues.values() for r in q.items()]
+    assert [r.key[1] for r in queued] == ["c2"]
+    # The busy worker answers the queued request under made-up ids: ours, an old scheduler's, none.
+    for rid in (f"{h.core.scheduler_id}-99", "0123456789ab-1", ""):
+        assert not updates(_done(h, w, rid, "c2"))
+    assert h.core.stats(h.now).results_refused == 3
+    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c2"]
+    out = h.finish(w, first)
+    [nxt] = assigns(out, w)
+    assert nxt.submission.candidate_id == "c2"
+    [u] = updates(h.finish(w, nxt))
+    assert u.candidate_id == "c2" and h.core.stats(h.now).requests_done == 2
+
+
+def test_a_result_for_another_workers_assignment_is_refused(h: Harness) -> None:
+    w1, w2 = h.worker("n1/cpu0"), h.worker("n1/cpu1")
+    out = h.submit("c1", profile=False) + h.submit("c2", profile=False)
+    by_worker = {p: m for p, m in out if isinstance(m, AssignWork)}
+    assert set(by_worker) == {w1, w2}
+    a1, a2 = by_worker[w1], by_worker[w2]
+    out = _done(h, w2, a1.request_id, a1.submission.candidate_id)
+    assert not updates(out) and h.core.stats(h.now).results_refused == 1
+    assert h.core.workers[w1].busy is not None and h.core.workers[w2].busy is not None
+    assert len(updates(h.finish(w1, a1))) == 1
+    assert len(updates(h.finish(w2, a2))) == 1
+    assert h.core.stats(h.now).requests_done == 2
+
+
+def test_an_update_for_another_candidate_than_the_assignment_is_refused_and_the_request_rerun(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    out = _done(h, w, a.request_id, "c-other")
+    assert not updates(out) and h.core.stats(h.now).results_refused == 1
+    [again] = assigns(out, w)                    # back in its queue, and run again
+    assert again.submission.candidate_id == "c1" and again.request_id != a.request_id
+    [u] = updates(h.finish(w, again))
+    assert u.candidate_id == "c1"
+
+
+def _lose(h: Harness, worker_name: str) -> list:
+    h.send(b"node/n1/x", Hello(role="node", name="n1"))
+    return h.send(b"node/n1/x", WorkerExited(name=worker_name, exit_code=-9))
+
+
+def test_a_stale_result_for_a_reassigned_request_is_refused(h: Harness) -> None:
+    old = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    new = h.worker("n1/cpu1")
+    [again] = assigns(_lose(h, "n1/cpu0"), new)   # taken back from the lost worker, given to the other
+    assert again.request_id != a.request_id
+    # The lost worker was only cut off: it registers again, says it kept the result, sends it.
+    h.send(old, Hello(role="worker", name="n1/cpu0", node="n1", held_results=[a.request_id]))
+    out = h.finish(old, a)
+    assert not updates(out) and h.core.stats(h.now).results_refused == 1
+    assert h.core.workers[new].busy is not None
+    [u] = updates(h.finish(new, again))
+    assert u.worker == new.decode() and h.core.stats(h.now).requests_done == 1
+    # Registering again without listing it: refused as well.
+    h.send(old, Hello(role="client", name="x"))
+    h.send(old, Hello(role="worker", name="n1/cpu0", node="n1"))
+    assert not updates(h.finish(old, a)) and h.core.stats(h.now).results_refused == 2
+
+
+def test_a_lost_workers_kept_result_counts_while_nobody_else_took_the_request(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    _lose(h, "n1/cpu0")
+    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c1"]
+    # Back, with the result it finished meanwhile: it is given the request again at once and
+    # its kept result still counts (the new attempt is cancelled).
+    out = h.send(w, Hello(role="worker", name="n1/cpu0", node="n1", held_results=[a.request_id]))
+    [again] = assigns(out, w)
+    out = h.finish(w, a)
+    [u] = updates(out)
+    assert u.candidate_id == "c1" and h.core.stats(h.now).results_refused == 0
+    assert [m.request_id for p, m in out if isinstance(m, CancelWork)] == [again.request_id]
+    v = Verdict(stage="validate", error="cancelled")
+    out = h.send(w, WorkDone(call_id=h.call_id(), request_id=again.request_id, update=CandidateUpdate(
+        job_id="j1", candidate_id="c1", stage="validate", verdict=v, cancelled=True)))
+    assert not updates(out) and h.core.workers[w].busy is None
+    stats = h.core.stats(h.now)
+    assert stats.results_refused == 0 and stats.requests_done == 1
+
+
+def test_a_worker_still_running_a_request_taken_back_from_it_keeps_it(h: Harness) -> None:
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    _lose(h, "n1/cpu0")
+    out = h.send(w, Hello(role="worker", name="n1/cpu0", node="n1", busy_request_id=a.request_id,
+                          busy_key=["j1", "c1", "validate"]))
+    assert not assigns(out) and h.core.workers[w].busy is not None   # adopted, not queued again
+    [u] = updates(h.finish(w, a))
+    assert u.candidate_id == "c1" and h.core.stats(h.now).results_refused == 0
+
+
+def test_a_worker_cannot_claim_a_request_it_never_had(h: Harness) -> None:
+    h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    _lose(h, "n1/cpu0")
+    # Another worker claims, on registering, to be running the request taken back from n1/cpu0.
+    other = b"worker/n1/cpu7/x"
+    out = h.send(other, Hello(role="worker", name="n1/cpu7", node="n1", busy_request_id=a.request_id,
+                              busy_key=["j1", "c1", "validate"], held_results=[a.request_id]))
+    assert not assigns(out)
+    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c1"]   # still queued
+    out = _done(h, other, a.request_id, "c1")
+    assert not updates(out) and h.core.stats(h.now).results_refused == 1
+    # The request runs for real: assigned afresh (to the now idle worker), and that answer counts.
+    [again] = assigns(out, other)
+    assert again.submission.candidate_id == "c1" and again.request_id != a.request_id
+    [u] = updates(h.finish(other, again))
+    assert u.candidate_id == "c1" and h.core.stats(h.now).requests_done == 1
+
+
+# -- who may register -------------------------------------------------------------------------
+
+SECRET = bytes(range(32))
+
+
+@pytest.fixture
+def hs() -> Harness:
+    """A core that asks workers, nodes and reasoners for credentials (as the scheduler process does)."""
+    harness = Harness()
+    harness.core.join_secret = SECRET
+    harness.hello(CLIENT, "client", "c")
+    return harness
+
+
+def _worker_hello(name: str, node: str = "n1", secret: bytes = SECRET, **kw) -> Hello:
+    from specgen.runtime.auth import peer_credential
+
+    return Hello(role="worker", name=name, node=node, device="cpu",
+                 credential=peer_credential(secret, "worker", name, node), **kw)
+
+
+def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) -> None:
+    from specgen.runtime.auth import peer_credential
+
+    hs.send(CLIENT, CreateJob(call_id=hs.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
+    attempts = [
+        Hello(role="worker", name="n1/cpu0", node="n1"),                                  # none
+        Hello(role="worker", name="n1/cpu0", node="n1", credential="0" * 64),             # made up
+        _worker_hello("n1/cpu0", secret=b"another cluster's secret!!"),                   # other secret
+        Hello(role="worker", name="n1/cpu0", node="n1",
+              credential=peer_credential(SECRET, "worker", "n1/cpu1", "n1")),           # another's
+        Hello(role="worker", name="n1/cpu0", node="n2",
+              credential=peer_credential(SECRET, "worker", "n1/cpu0", "n1")),           # another node
+        Hello(role="worker", name="n1/cpu0", node="n1",
+              credential=peer_credential(SECRET, "node", "n1/cpu0")),                   # another role
+        Hello(role="node", name="n1"),
+        Hello(role="reasoner", name="J"),
+        Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "K")),
+    ]
+    for i, hello in enumerate(attempts):
+        [(_, err)] = hs.send(f"intruder/{i}".encode(), hello)
+        assert isinstance(err, ErrorReply) and err.code == "unauthorized", hello
+        assert "join secret" in err.message
+    assert not hs.core.workers and hs.core.jobs["J"].reasoner_peer is None
+    assert {p.role for p in hs.core.peers.values()} == {"client"}
+    assert hs.core.stats(hs.now).hellos_refused == len(attempts)
+    # The right credentials are welcome.
+    for peer, hello in ((b"w", _worker_hello("n1/cpu0")),
+                        (b"n", Hello(role="node", name="n1", credential=peer_credential(SECRET, "node", "n1"))),
+                        (b"r", Hello(role="reasoner", name="J",
+                                     credential=peer_credential(SECRET, "reasoner", "J")))):
+        assert any(isinstance(m, Welcome) for _, m in hs.send(peer, hello))
+    assert len(hs.core.workers) == 1 and hs.core.jobs["J"].reasoner_peer == b"r"
+
+
+def test_a_client_cannot_become_a_worker_or_send_worker_and_node_messages(hs: Harness) -> None:
+    [a] = assigns(hs.submit("c1", profile=False) + hs.send(b"w", _worker_hello("n1/cpu0")))
+    [(_, err)] = hs.send(CLIENT, Hello(role="worker", name="n1/cpu9", node="n1"))
+    assert err.code == "unauthorized" and hs.core.peers[CLIENT].role == "client"
+    for msg in (WorkDone(call_id=5, request_id=a.request_id, update=CandidateUpdate(
+                    job_id="j1", candidate_id="c1", stage="validate", verdict=Verdict(correct=True))),
+                WorkerExited(name="n1/cpu0", exit_code=-9)):
+        [(_, err)] = hs.send(CLIENT, msg)
+        assert err.code == "unexpected"
+    assert hs.core.workers[b"w"].busy is not None and not hs.core.jobs["j1"].updates
+
+
+def test_a_node_speaks_for_its_own_workers_only(hs: Harness) -> None:
+    from specgen.runtime.auth import peer_credential
+
+    hs.send(b"w1", _worker_hello("n1/cpu0", node="n1"))
+    hs.send(b"w2", _worker_hello("n2/cpu0", node="n2"))
+    node2 = b"node/n2"
+    hs.send(node2, Hello(role="node", name="n2", credential=peer_credential(SECRET, "node", "n2")))
+    hs.send(node2, WorkerExited(name="n1/cpu0", exit_code=-9))
+    assert b"w1" in hs.core.workers
+    hs.send(node2, WorkerExited(name="n2/cpu0", exit_code=-9))
+    assert b"w2" not in hs.core.workers
+
+
+def test_a_peer_registering_again_in_another_role_starts_over() -> None:
+    h = Harness()                      # no join secret: anyone may register as a worker
+    h.hello(CLIENT, "client", "c")
+    w = h.worker("n1/cpu0")
+    [a] = assigns(h.submit("c1", profile=False))
+    h.send(w, Hello(role="client", name="now-a-client"))
+    assert w not in h.core.workers and h.core.peers[w].role == "client"
+    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c1"]   # re-queued
+    [(_, err)] = h.send(w, WorkDone(call_id=1, request_id=a.request_id, update=CandidateUpdate(
+        job_id="j1", candidate_id="c1", stage="validate", verdict=Verdict(correct=True))))
+    assert err.code == "unexpected"
+
+
+def test_after_a_restart_kept_results_listed_in_the_hello_count_and_others_are_refused(tmp_path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    h = Harness(Journal(path))
+    h.hello(CLIENT, "client", "c")
+    w = h.worker("n1/cpu0")
+    [a1] = assigns(h.submit("c1", profile=False))
+    h.submit("c2", profile=False)
+    # The worker finishes c1, but its result never reaches this scheduler: it dies.
+    h.journal.close()
+
+    h2 = Harness(Journal(path))
+    h2.hello(CLIENT, "client", "c")
+    h2.send(CLIENT, ResyncUpdates(call_id=h2.call_id(), job_ids=["j1"]))   # the submitter is back
+    assert sorted(r.key[1] for q in h2.core.queues.values() for r in q.items()) == ["c1", "c2"]
+    other = h2.worker("n1/cpu1")          # registers first and takes a request
+    # The worker registers again listing the result it kept, then re-sends it: it counts.
+    out = h2.send(w, Hello(role="worker", name="n1/cpu0", node="n1", held_results=[a1.request_id]))
+    out += h2.finish(w, a1)
+    assert [(u.candidate_id, u.stage) for u in updates(out)] == [("c1", "validate")]
+    # A result under an old scheduler's id that the sender never listed: refused.
+    assert not updates(_done(h2, other, "0123456789ab-7", "c2"))
+    stats = h2.core.stats(h2.now)
+    assert stats.results_refused == 1 and stats.requests_done == 1
+    # c2 still completes through its real assignment; whoever runs c1 again is cancelled.
+    for peer in (w, other):
+        st = h2.core.workers[peer]
+        if st.busy is not None and st.busy.key[1] == "c2":
+            assign = AssignWork(request_id=st.busy.request_id, stage="validate", submission=st.busy.submission)
+            assert [u.candidate_id for u in updates(h2.finish(peer, assign))] == ["c2"]
+    assert h2.core.job_status("j1").updates == 2

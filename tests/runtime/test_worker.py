@@ -59,3 +59,22 @@ def test_unknown_evaluator_is_refused(tmp_path: Path) -> None:
                           work_dir=str(tmp_path), evaluator="magic")
     with pytest.raises(ValueError, match="unknown evaluator"):
         build_evaluator(config, RuntimeSettings())
+
+
+def test_hello_lists_the_results_kept_until_acknowledged(tmp_path: Path) -> None:
+    from specgen.messages import CandidateUpdate, Verdict, WorkDone
+
+    actor = make_actor(tmp_path)
+    try:
+        assert "held_results" not in actor._busy_fields()
+        for rid in ("s1-1", "s1-2"):
+            upd = CandidateUpdate(job_id="j", candidate_id=rid, stage="validate", verdict=Verdict())
+            actor.conn.send_kept(WorkDone(request_id=rid, update=upd))
+        assert actor._busy_fields()["held_results"] == ["s1-1", "s1-2"]
+        # Acknowledged (as the scheduler's next AssignWork or HeartbeatAck does): no longer held.
+        first = next(iter(actor.conn._pending))
+        actor.conn._acks_due.append(first)
+        actor.conn._apply_acks()
+        assert actor._busy_fields()["held_results"] == ["s1-2"]
+    finally:
+        actor.close()
