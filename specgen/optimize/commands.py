@@ -90,7 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--timing-trials", type=int, default=None,
                             help="timed calls per model (evaluation default 50)")
     parser.add_argument("--out", default=None, metavar="DIR",
-                        help="output directory (default: specgen-runs/PROBLEM-MODE-TIME)")
+                        help="output directory (default: specgen-runs/PROBLEM-MODE-TIME); it must "
+                             "be empty or new, unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="write into a non-empty --out, replacing an earlier run's files")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(func=run_optimize)
 
@@ -270,7 +273,7 @@ def run_optimize(args: argparse.Namespace) -> int:
     from specgen.messages import OptimizeEvent
     from specgen.optimize.loop import run_job
     from specgen.optimize.modes import Mechanisms, check_spec
-    from specgen.optimize.outputs import RunWriter
+    from specgen.optimize.outputs import RunWriter, check_out_dir, clear_run_files
     from specgen.optimize.progress import ProgressDisplay
 
     # Everything the command line can get wrong is checked before anything is said or started.
@@ -287,11 +290,16 @@ def run_optimize(args: argparse.Namespace) -> int:
         from specgen.runtime.settings import RuntimeSettings
 
         RuntimeSettings().with_overrides(args.runtime_settings)
+    if args.out:
+        check_out_dir(Path(args.out), args.force)   # before an engine loads a model
     engine = _make_engine(plan, args)
     spec = _spec(plan, args, engine)
     check_spec(spec)
 
     out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
+    check_out_dir(out_dir, args.force)
+    if args.force:
+        clear_run_files(out_dir)   # one folder, one run: nothing of the earlier one stays
     writer = RunWriter(out_dir)
     display = None if args.quiet else ProgressDisplay(sys.stderr)
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))

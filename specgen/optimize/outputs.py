@@ -5,6 +5,9 @@
 - `result.json`: the `OptimizeResult` (best kernel, verdicts, full history, metrics);
 - `best_kernel.py`: the best correct kernel's source (only when there is one);
 - `timeline.json`: the run as a Chrome/Perfetto trace (see `timeline.py`).
+
+One directory holds one run: `check_out_dir` refuses a directory that is not empty unless
+forced, and `clear_run_files` then removes only the files listed above.
 """
 from __future__ import annotations
 
@@ -14,10 +17,28 @@ from typing import IO
 
 import msgspec
 
+from specgen.errors import UsageError
 from specgen.messages import OptimizeEvent, OptimizeResult
 from specgen.optimize.timeline import build_timeline
 
 _encoder = msgspec.json.Encoder()
+RUN_FILES = ("events.jsonl", "result.json", "best_kernel.py", "timeline.json")
+
+
+def check_out_dir(out_dir: Path, force: bool, flag: str = "--force") -> None:
+    """Refuse (UsageError naming `flag`) an `out_dir` that is not empty, unless `force`."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"output folder {out_dir} is a file, not a folder")
+    if not force and out_dir.is_dir() and any(out_dir.iterdir()):
+        raise UsageError(f"output folder {out_dir} is not empty (an earlier run?); pass {flag} to "
+                         "replace its run files, or name another folder")
+
+
+def clear_run_files(out_dir: Path) -> None:
+    """Remove an earlier run's files from `out_dir` (other files stay)."""
+    for name in RUN_FILES:
+        (Path(out_dir) / name).unlink(missing_ok=True)
 
 
 class RunWriter:

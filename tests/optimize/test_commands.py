@@ -68,3 +68,91 @@ def test_a_malformed_trace_is_named(tmp_path, capsys) -> None:
     code = main(["optimize", "--trace", str(bad), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and str(bad) in err and "metadata" in err
+
+
+def test_a_non_empty_out_folder_is_refused_without_force(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "result.json").write_text("{}")
+    code = main(["optimize", "--evaluation", "inprocess", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert str(out) in err and "--force" in err
+    assert (out / "result.json").read_text() == "{}"          # untouched
+    (tmp_path / "file").write_text("x")
+    assert main(["optimize", "--out", str(tmp_path / "file")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_force_replaces_an_earlier_runs_files_and_keeps_other_files(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    for name, text in (("result.json", '{"job_id": "old"}'), ("best_kernel.py", "# old kernel"),
+                       ("events.jsonl", '{"old": 1}\n'), ("timeline.json", "[]"), ("notes.txt", "mine")):
+        (out / name).write_text(text)
+    code = main(["optimize", "--evaluation", "inprocess", "--devices", "cpu", "--time-budget", "1",
+                 "--trials", "2", "--timing-trials", "3", "--quiet", "--force", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = msgspec.json.decode((out / "result.json").read_bytes(), type=OptimizeResult)
+    events = [msgspec.json.decode(line, type=OptimizeEvent)
+              for line in (out / "events.jsonl").read_text().splitlines()]
+    assert events[0].kind == "job_started" and events[-1].kind == "job_finished"
+    # Nothing of the earlier run is left: a best kernel only if this run found one.
+    if result.best_source is None:
+        assert not (out / "best_kernel.py").exists()
+    else:
+        assert (out / "best_kernel.py").read_text() == result.best_source
+    assert (out / "timeline.json").read_text() != "[]"
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_killed_optimize_leaves_no_scheduler_node_worker_or_directory(tmp_path) -> None:
+    """`specgen optimize` killed with SIGKILL: its embedded cluster goes with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.runtime.conftest import alive, descendants, wait_for
+
+    def cmdline(pid: int) -> list[str]:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            return []
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specgen.cli", "optimize", "--speed", "0.02", "--max-iterations", "1",
+         "--trials", "2", "--timing-trials", "3", "--devices", "cpu", "--quiet", "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        def cluster_up():
+            # The loop started (its first event is written once the backend is up).
+            if not (out / "events.jsonl").exists() or not (out / "events.jsonl").read_text():
+                return None
+            pids = descendants(proc.pid)
+            modules = {pid: cmdline(pid) for pid in pids}
+            kinds = {m for argv in modules.values() for m in argv if m.startswith("specgen.runtime.")}
+            if not {"specgen.runtime.scheduler", "specgen.runtime.node", "specgen.runtime.worker"} <= kinds:
+                return None
+            return pids, modules
+
+        pids, modules = wait_for(cluster_up, 180, "the embedded cluster to start", interval=0.2)
+        [scheduler_argv] = [a for a in modules.values() if "specgen.runtime.scheduler" in a]
+        tmp = Path(scheduler_argv[scheduler_argv.index("--state-dir") + 1]).parent
+        assert tmp.name.startswith("specgen-local-") and tmp.is_dir()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        started = time.monotonic()
+        wait_for(lambda: not alive(pids), 30, "the scheduler, node and workers to exit")
+        wait_for(lambda: not tmp.exists(), 30, f"{tmp} to be removed")
+        assert time.monotonic() - started < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
