@@ -197,6 +197,25 @@ def _devices(args: argparse.Namespace) -> list[str]:
 
 
 @contextlib.asynccontextmanager
+async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict[str, Any],
+                        runtime_settings: list[str] = ()) -> AsyncIterator[Any]:
+    """A scheduler and a node over `devices` on this machine, up for the duration of the block;
+    `cluster.backend()` gives each job a backend of its own (several jobs share the cluster)."""
+    from specgen.runtime.local import LocalCluster
+    from specgen.runtime.settings import RuntimeSettings
+
+    settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
+                               eval_options=dict(eval_options))
+    settings = settings.with_overrides(list(runtime_settings))
+    cluster = LocalCluster(devices=devices, settings=settings)
+    await asyncio.to_thread(cluster.start)
+    try:
+        yield cluster
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+@contextlib.asynccontextmanager
 async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
                              eval_options: dict[str, Any],
                              runtime_settings: list[str] = ()) -> AsyncIterator[Any]:
@@ -204,18 +223,9 @@ async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
 
     `runtime_settings` are `NAME=VALUE` overrides of the local runtime's settings."""
     if kind == "runtime":
-        from specgen.runtime.local import LocalCluster
-        from specgen.runtime.settings import RuntimeSettings
-
-        settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
-                                   eval_options=dict(eval_options))
-        settings = settings.with_overrides(list(runtime_settings))
-        cluster = LocalCluster(devices=devices, settings=settings)
-        await asyncio.to_thread(cluster.start)
-        try:
+        async with local_cluster(devices, elastic=elastic, eval_options=eval_options,
+                                 runtime_settings=runtime_settings) as cluster:
             yield cluster.backend()
-        finally:
-            await asyncio.to_thread(cluster.stop)
         return
     from specgen.eval.local_backend import LocalEvaluationBackend
     from specgen.eval.options import EvalOptions

@@ -8,11 +8,12 @@ any engine that has it, before iteration k's streams start.
 """
 from __future__ import annotations
 
+from specgen.engines.modelled import ModelledEngine
 from specgen.engines.replay import ReplayEngine
 
 
-class IterationReplayEngine(ReplayEngine):
-    """A `ReplayEngine` whose reasoning streams replay the iteration the loop pinned."""
+class IterationPinning:
+    """Reasoning streams replay the iteration the loop pinned (mixed into a replay engine)."""
 
     _pinned: int | None = None
 
@@ -22,4 +23,13 @@ class IterationReplayEngine(ReplayEngine):
         self._pinned = index
 
     def iteration_for_call(self, call_index: int) -> int:
-        return super().iteration_for_call(call_index if self._pinned is None else self._pinned)
+        return super().iteration_for_call(  # type: ignore[misc]
+            call_index if self._pinned is None else self._pinned)
+
+
+class IterationReplayEngine(IterationPinning, ReplayEngine):
+    """A `ReplayEngine` whose reasoning streams replay the iteration the loop pinned."""
+
+
+class IterationModelledEngine(IterationPinning, ModelledEngine):
+    """A `ModelledEngine` whose reasoning streams replay the iteration the loop pinned."""

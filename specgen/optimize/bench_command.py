@@ -1,0 +1,190 @@
+"""`specgen bench`: the four modes side by side on traces (imported, generated) or a live engine.
+
+    specgen bench --generate 8 --turns 3 --concurrency 8          # generated problem-turns
+    specgen bench traces/*.trace.json --fork-model named           # imported reasoning
+    specgen bench --llm openai --base-url URL --model NAME --generate 8   # forks by a live model
+    specgen bench --generate 8 --sensitivity                       # how the ratio moves
+
+Writes results.json, report.md and PNG plots to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from specgen.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="compare specgen with the baselines on many problems",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("traces", nargs="*", type=Path, help="trace files (specgen trace import writes them)")
+    p.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="N generated problems (calibrated synthetic reasoning over the bundled problems)")
+    p.add_argument("--turns", type=int, default=3, help="turns per generated problem")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--problems", default="", help="comma-separated bundled problems to generate for")
+    p.add_argument("--modes", default="specgen,sequential,best-of-n,pipeline")
+    p.add_argument("--fork-model", default="draft", choices=("draft", "named", "model"))
+    p.add_argument("--llm", choices=("vllm", "openai"), help="a live engine for --fork-model model")
+    p.add_argument("--model", help="model directory (vllm) or name (openai)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--tokenizer", help="tokenizer directory for --llm openai")
+    p.add_argument("--timing", action="append", default=[], metavar="NAME=VALUE",
+                   help="override the timing model (r1, knee, beta, prefill_tps, ttft_floor_s, kv_fetch_tps)")
+    p.add_argument("--speed", type=float, default=10.0,
+                   help="modelled LLM time runs this many times faster than real time (evaluation does not)")
+    p.add_argument("--concurrency", type=int, default=4, help="jobs at once per mode")
+    p.add_argument("--devices", default="", help="evaluation devices, e.g. cuda:0,cuda:1 (default: GPUs, else 2 CPU workers)")
+    p.add_argument("--no-prefix-cache", action="store_true", help="forks pay for their whole prompt")
+    p.add_argument("--time-budget", type=float, default=None, help="wall seconds per job")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="also run the fork models, decode x0.5 and x2, and draft positions +-10 points")
+    p.add_argument("--out", type=Path, default=Path("specgen-runs/bench"))
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=bench_main)
+
+
+def _devices(arg: str) -> list[str]:
+    if arg:
+        return [d.strip() for d in arg.split(",") if d.strip()]
+    from specgen.optimize.commands import _default_devices
+
+    devices = _default_devices()
+    return devices if any(d.startswith("cuda") for d in devices) else ["cpu", "cpu"]
+
+
+def _problems(args: argparse.Namespace, devices: list[str], shift: float = 0.0):
+    from specgen.optimize.bench import generated_problems, problems_from_traces
+
+    problems = problems_from_traces(args.traces) if args.traces else []
+    if args.generate:
+        gpu = any(d.startswith("cuda") for d in devices)
+        # Candidates this machine can time for real: compiled C++ and torch on a CPU (Triton only
+        # interprets there), every language on a GPU.
+        langs = ("torch", "triton", "cuda", "cpp") if gpu else ("torch", "cpp")
+        names = [n.strip() for n in args.problems.split(",") if n.strip()] or None
+        problems += generated_problems(args.generate, args.turns, args.seed, names, langs, shift)
+    return problems
+
+
+async def _live_engine(args: argparse.Namespace):
+    """The engine forks are written by with --fork-model model (started here)."""
+    if args.llm is None:
+        return None
+    if not args.model:
+        raise UsageError("bench: --llm needs --model (a model directory for vllm, a name for openai)")
+    if args.llm == "vllm":
+        from specgen.engines.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(args.model, tokenizer=args.tokenizer)
+    else:
+        if not args.base_url:
+            raise UsageError("bench: --llm openai needs --base-url")
+        from specgen.engines.openai_http import OpenAICompatEngine
+
+        engine = OpenAICompatEngine(args.base_url, args.model, tokenizer=args.tokenizer)
+    start = getattr(engine, "start", None)
+    if start is not None:
+        await start()
+    return engine
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    from specgen.engines.timing_model import TimingModel
+    from specgen.optimize.bench import BenchConfig
+
+    if args.fork_model == "model" and args.llm is None:
+        raise UsageError("bench: --fork-model model needs a live engine: --llm vllm|openai")
+    if not args.traces and not args.generate:
+        raise UsageError("bench: give trace files or --generate N")
+    devices = _devices(args.devices)
+    timing = TimingModel.from_overrides(args.timing)
+    base = BenchConfig(problems=_problems(args, devices), modes=args.modes.split(","),
+                       fork_model=args.fork_model, timing=timing, speed=args.speed,
+                       concurrency=args.concurrency, devices=devices,
+                       prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
+                       label="main")
+    base.check()
+    variants = [("main", base)]
+    if args.sensitivity:
+        from dataclasses import replace
+
+        for model in ("draft", "named") + (("model",) if args.llm else ()):
+            if model != base.fork_model:
+                variants.append((f"fork model {model}", replace(base, fork_model=model, label=model)))
+        variants.append(("decode x0.5", replace(base, timing=timing.scaled(0.5), label="slow")))
+        variants.append(("decode x2", replace(base, timing=timing.scaled(2.0), label="fast")))
+        if args.generate:
+            for shift in (-0.10, 0.10):
+                variants.append((f"draft positions {shift:+.0%}",
+                                 replace(base, problems=_problems(args, devices, shift),
+                                         label=f"shift{shift:+.2f}")))
+    return asyncio.run(_run_variants(args, variants))
+
+
+async def _run_variants(args: argparse.Namespace, variants) -> int:
+    from specgen.optimize.bench import run_bench
+    from specgen.optimize.bench_report import plot, summarize, table, write_results
+
+    engine = await _live_engine(args)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    sensitivity = []
+    try:
+        for label, config in variants:
+            config.live_engine = engine
+            total = len(config.problems) * len(config.modes)
+            run = await _with_progress(config, total, label, args.quiet)
+            summary = summarize(run)
+            folder = out if label == "main" else out / config.label
+            write_results(run, summary, folder)
+            plot(run, summary, folder)
+            text = table(summary)
+            (folder / "report.md").write_text(text + "\n")
+            if not args.quiet:
+                print(f"\n== {label}\n{text}")
+            r = summary["ratios"].get("end_to_end_s", {})
+            sensitivity.append({"variant": label, "ratio": r.get("geomean"), "low": r.get("low"),
+                                "high": r.get("high"), "ceiling": summary["ceiling"]})
+    finally:
+        if engine is not None:
+            await engine.close()
+    if len(sensitivity) > 1:
+        lines = ["| variant | specgen / best baseline (end-to-end, geo) | 95% CI | ceiling |",
+                 "| --- | --- | --- | --- |"]
+        for row in sensitivity:
+            fmt = (lambda x: "-" if x is None else f"{x:.3f}")
+            lines.append(f"| {row['variant']} | {fmt(row['ratio'])} | {fmt(row['low'])}-{fmt(row['high'])} | {row['ceiling']:.3f} |")
+        (out / "sensitivity.md").write_text("\n".join(lines) + "\n")
+        (out / "sensitivity.json").write_text(json.dumps(sensitivity, indent=2))
+        if not args.quiet:
+            print("\n" + "\n".join(lines))
+    print(f"results in {out}")
+    return 0
+
+
+async def _with_progress(config, total: int, label: str, quiet: bool):
+    from specgen.optimize.bench import run_bench
+
+    if quiet:
+        return await run_bench(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn()) as progress:
+        task = progress.add_task(f"bench {label}", total=total)
+        began = time.monotonic()
+
+        def done(job) -> None:
+            best = job.result.best_speedup
+            progress.console.print(f"{job.mode:10} {job.problem:24} {job.result.metrics.end_to_end_s:7.1f} s  "
+                                   f"profiled {job.result.metrics.profiled:3}  best "
+                                   f"{'-' if best is None else f'{best:.3f}x'}  "
+                                   f"[{time.monotonic() - began:.0f} s]")
+            progress.advance(task)
+
+        return await run_bench(config, on_job_done=done)

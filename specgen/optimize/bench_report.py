@@ -1,0 +1,261 @@
+"""What `specgen bench` reports: per-problem and per-mode figures, ratios with bootstrap confidence
+intervals, true utilization, the results JSON and the plots.
+
+Ratios compare specgen with the best baseline *of that problem* (the one with the lowest time):
+per problem specgen's time over it, then the geometric mean over problems, with a 95% bootstrap
+interval over problems (numpy, seeded). A mode that never reached a kernel within 5% of the run's
+best counts its whole end-to-end time there.
+
+True utilization is worker-seconds spent on evaluation (the union of each worker's own busy
+intervals: building, validating, profiling) over worker-seconds available, over a batch's span
+("of the run") and over the span in which evaluation work existed, from the first candidate's
+extraction to the last verdict ("while work waits").
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgen.optimize.bench import NEAR_BEST, BenchRun, JobRecord
+
+BASELINES = ("sequential", "best-of-n", "pipeline")
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def job_figures(job: JobRecord, run_best: float | None) -> dict[str, Any]:
+    r, m = job.result, job.result.metrics
+    to_near_best = None
+    if run_best is not None:
+        hits = [c.feedback_at for c in r.candidates
+                if c.speedup is not None and c.feedback_at and c.speedup >= NEAR_BEST * run_best]
+        if hits:
+            to_near_best = min(hits) - r.started_at
+    extracted = [c.extracted_at for c in r.candidates if c.extracted_at]
+    answered = [c.feedback_at for c in r.candidates if c.feedback_at]
+    return {
+        "mode": job.mode, "problem": job.problem, "batch": job.batch, "status": r.status,
+        "end_to_end_s": m.end_to_end_s, "to_near_best_s": to_near_best,
+        "profiled": m.profiled, "validated": m.validated, "candidates": m.candidates,
+        "forks": m.forks, "best_speedup": r.best_speedup, "tokens": m.total_tokens,
+        "reasoning_tokens": m.reasoning_tokens, "fork_tokens": m.fork_tokens,
+        "feedback_p50_s": m.feedback_p50_s, "feedback_p95_s": m.feedback_p95_s,
+        "busy_s": _union([(s, e) for _, s, e in job.intervals]),
+        "work_span": [min(extracted), max(answered)] if extracted and answered else None,
+        "forks_written": job.forks_written,
+    }
+
+
+def geomean_ci(values: list[float], seed: int = 0, rounds: int = 2000) -> dict[str, float | None]:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    if not values:
+        return {"geomean": None, "low": None, "high": None, "n": 0}
+    logs = np.log(np.array(values))
+    rng = np.random.default_rng(seed)
+    samples = rng.choice(logs, size=(rounds, len(logs)), replace=True).mean(axis=1)
+    return {"geomean": float(np.exp(logs.mean())), "low": float(np.exp(np.percentile(samples, 2.5))),
+            "high": float(np.exp(np.percentile(samples, 97.5))), "n": len(values)}
+
+
+def utilization(run: BenchRun) -> dict[str, dict[str, float | None]]:
+    """Per mode: busy worker-seconds over available, over the batches' spans and over the spans
+    in which evaluation work existed."""
+    out: dict[str, dict[str, float | None]] = {}
+    for mode in run.config["modes"]:
+        busy = avail = busy_w = avail_w = 0.0
+        for batch in [b for b in run.batches if b.mode == mode]:
+            jobs = [j for j in run.jobs if j.mode == mode and j.batch == batch.batch]
+            per_worker: dict[str, list[tuple[float, float]]] = {}
+            for job in jobs:
+                for worker, start, end in job.intervals:
+                    per_worker.setdefault(worker, []).append((start, end))
+            spent = sum(_union(v) for v in per_worker.values())
+            busy += spent
+            avail += batch.workers * (batch.finished_at - batch.started_at)
+            starts = [min(c.extracted_at for c in j.result.candidates if c.extracted_at)
+                      for j in jobs if any(c.extracted_at for c in j.result.candidates)]
+            ends = [max(c.feedback_at for c in j.result.candidates if c.feedback_at)
+                    for j in jobs if any(c.feedback_at for c in j.result.candidates)]
+            if starts and ends and max(ends) > min(starts):
+                lo, hi = min(starts), max(ends)
+                busy_w += sum(_union([(max(s, lo), min(e, hi)) for s, e in v if e > lo and s < hi])
+                              for v in per_worker.values())
+                avail_w += batch.workers * (hi - lo)
+        out[mode] = {"of_run": busy / avail if avail else None,
+                     "while_work_waits": busy_w / avail_w if avail_w else None}
+    return out
+
+
+def summarize(run: BenchRun) -> dict[str, Any]:
+    modes = run.config["modes"]
+    best_of: dict[str, float | None] = {}
+    for job in run.jobs:
+        s = job.result.best_speedup
+        if s is not None and (best_of.get(job.problem) is None or s > best_of[job.problem]):
+            best_of[job.problem] = s
+    figures = [job_figures(j, best_of.get(j.problem)) for j in run.jobs]
+    by = {(f["mode"], f["problem"]): f for f in figures}
+    problems = sorted({f["problem"] for f in figures})
+    per_mode = {}
+    for mode in modes:
+        rows = [by[(mode, p)] for p in problems if (mode, p) in by]
+        fb = [x for r in rows for x in [r["feedback_p50_s"]] if x is not None]
+        per_mode[mode] = {
+            "end_to_end_s": geomean_ci([r["end_to_end_s"] for r in rows]),
+            "to_near_best_s": geomean_ci([r["to_near_best_s"] or r["end_to_end_s"] for r in rows]),
+            "profiled_total": sum(r["profiled"] for r in rows),
+            "best_speedup": geomean_ci([r["best_speedup"] for r in rows if r["best_speedup"]]),
+            "tokens_total": sum(r["tokens"] for r in rows),
+            "feedback_p50_s_median": float(np.median(fb)) if fb else None,
+            "problems_with_correct_kernel": sum(1 for r in rows if r["best_speedup"]),
+        }
+    ratios: dict[str, Any] = {}
+    baselines = [m for m in modes if m in BASELINES]
+    if "specgen" in modes and baselines:
+        for key in ("end_to_end_s", "to_near_best_s"):
+            per_problem = {}
+            for p in problems:
+                if ("specgen", p) not in by:
+                    continue
+                ours = by[("specgen", p)][key] or by[("specgen", p)]["end_to_end_s"]
+                theirs = [by[(b, p)][key] or by[(b, p)]["end_to_end_s"] for b in baselines if (b, p) in by]
+                if theirs and ours:
+                    per_problem[p] = ours / min(theirs)
+            ratios[key] = {"per_problem": per_problem, **geomean_ci(list(per_problem.values()))}
+        seq = {p: by[("sequential", p)]["profiled"] for p in problems if ("sequential", p) in by}
+        ours = {p: by[("specgen", p)]["profiled"] for p in problems if ("specgen", p) in by}
+        ratios["profiled_vs_sequential"] = (sum(ours.values()) / sum(seq.values())
+                                            if seq and sum(seq.values()) else None)
+        best_base = max((per_mode[b]["best_speedup"]["geomean"] or 0.0) for b in baselines)
+        ratios["best_speedup_vs_best_baseline"] = ((per_mode["specgen"]["best_speedup"]["geomean"] or 0.0)
+                                                   / best_base if best_base else None)
+    return {"hardware": run.hardware, "config": run.config, "ceiling": run.ceiling,
+            "per_mode": per_mode, "ratios": ratios, "utilization": utilization(run),
+            "jobs": figures, "wall_s": run.finished_at - run.started_at}
+
+
+def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    data = {**summary, "ceiling_turns": run.ceiling_turns,
+            "batches": [asdict(b) for b in run.batches],
+            "intervals": [{"mode": j.mode, "problem": j.problem, "batch": j.batch,
+                           "intervals": j.intervals} for j in run.jobs]}
+    path = out / "results.json"
+    path.write_text(json.dumps(data, indent=2, default=str))
+    return path
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The per-mode table and the ratios, as Markdown."""
+    def fmt(x: Any, spec: str = ".2f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    lines = [f"hardware: {summary['hardware']}; fork model: {summary['config']['fork_model']}; "
+             f"speed x{summary['config']['speed']:g}; concurrency {summary['config']['concurrency']}",
+             f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time", "",
+             "| mode | end-to-end s (geo) | to near-best s (geo) | profiled | best speedup (geo) | tokens | feedback p50 s | util. of run | util. while work waits |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for mode, m in summary["per_mode"].items():
+        u = summary["utilization"].get(mode, {})
+        lines.append(f"| {mode} | {fmt(m['end_to_end_s']['geomean'], '.1f')} | "
+                     f"{fmt(m['to_near_best_s']['geomean'], '.1f')} | {m['profiled_total']} | "
+                     f"{fmt(m['best_speedup']['geomean'], '.3f')} | {m['tokens_total']} | "
+                     f"{fmt(m['feedback_p50_s_median'])} | {fmt(u.get('of_run'), '.0%')} | "
+                     f"{fmt(u.get('while_work_waits'), '.0%')} |")
+    r = summary["ratios"]
+    if r:
+        lines.append("")
+        for key, label in (("end_to_end_s", "end-to-end"), ("to_near_best_s", "to near-best")):
+            g = r[key]
+            lines.append(f"specgen / best baseline, {label}: {fmt(g['geomean'], '.3f')} "
+                         f"(95% CI {fmt(g['low'], '.3f')}-{fmt(g['high'], '.3f')}, {g['n']} problems)")
+        lines.append(f"profiling feedback, specgen / sequential: {fmt(r['profiled_vs_sequential'])}x")
+        lines.append(f"best speedup, specgen / best baseline: {fmt(r['best_speedup_vs_best_baseline'], '.3f')}")
+    return "\n".join(lines)
+
+
+def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
+    """Best speedup over time per mode, the per-worker busy timeline, the ratio per problem."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    colors = dict(zip(run.config["modes"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for mode in run.config["modes"]:
+        events = []
+        for job in [j for j in run.jobs if j.mode == mode]:
+            best = 0.0
+            for c in sorted(job.result.candidates, key=lambda c: c.feedback_at or math.inf):
+                if c.speedup is not None and c.feedback_at:
+                    best = max(best, c.speedup)
+                    events.append((c.feedback_at - job.result.started_at, job.problem, best))
+        if not events:
+            continue
+        problems = sorted({p for _, p, _ in events})
+        times = sorted({t for t, _, _ in events})
+        current = {p: 0.0 for p in problems}
+        ys = []
+        for t in times:
+            for tt, p, b in events:
+                if tt == t:
+                    current[p] = max(current[p], b)
+            ys.append(float(np.mean(list(current.values()))))
+        ax.step(times, ys, where="post", label=mode, color=colors.get(mode))
+    ax.set_xlabel("seconds since job start")
+    ax.set_ylabel("mean best speedup so far over problems")
+    ax.set_title(f"Best speedup over time ({summary['hardware']})", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "speedup_over_time.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    rows: dict[tuple[int, str, str], int] = {}
+    t0 = min((b.started_at for b in run.batches), default=0.0)
+    for job in run.jobs:
+        for worker, start, end in job.intervals:
+            key = (job.batch, job.mode, worker)
+            row = rows.setdefault(key, len(rows))
+            ax.barh(row, end - start, left=start - t0, color=colors.get(job.mode), height=0.8)
+    ax.set_yticks(list(rows.values()), [f"b{b} {m} {w}"[:40] for (b, m, w) in rows], fontsize=6)
+    ax.set_xlabel("seconds since the run began")
+    ax.set_title("Evaluation workers: busy intervals (building, validating, profiling)", fontsize=9)
+    fig.tight_layout()
+    paths.append(out / "worker_timeline.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    ratio = summary["ratios"].get("end_to_end_s", {}).get("per_problem", {})
+    if ratio:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        names = sorted(ratio)
+        ax.bar(range(len(names)), [ratio[n] for n in names], color=colors.get("specgen"))
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(summary["ceiling"], color="gray", linestyle="--", linewidth=0.8,
+                   label="ceiling of draft harvesting")
+        ax.set_xticks(range(len(names)), names, rotation=60, fontsize=7, ha="right")
+        ax.set_ylabel("specgen / best baseline, end-to-end")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out / "ratio_per_problem.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
