@@ -500,18 +500,32 @@ class CandidateUpdateNotice(_Wire):
 
 
 class EvaluateRequest(_Wire):
-    """Evaluate one candidate, outside any job; answered by EvaluateReply."""
+    """Evaluate one candidate, outside any job; answered by EvaluateReply, and meanwhile by
+    EvaluateQueued notices when `progress_interval_s` asks for them."""
 
     KIND: ClassVar[int] = 13
     call_id: int
     submission: CandidateSubmission
     stage: str = "full"                     # "validate" | "profile" | "full"
+    progress_interval_s: float = 0.0        # want an EvaluateQueued when queued, then this often until
+                                            # the reply (0: none); the client's is call_timeout_s / 4
 
 
 class EvaluateReply(_Wire):
     KIND: ClassVar[int] = 14
     call_id: int
     update: CandidateUpdate
+
+
+class EvaluateQueued(_Wire):
+    """Scheduler -> caller: its EvaluateRequest is alive, still waiting or running (sent when it is
+    queued, then every `progress_interval_s` it asked for); the caller keeps waiting for the reply."""
+
+    KIND: ClassVar[int] = 34
+    call_id: int                            # the EvaluateRequest's
+    position: int = 0                       # place in its pool's queue, 1 = next (0 while running)
+    queued: int = 0                         # requests waiting in that pool, every caller's
+    running: bool = False                   # a worker is evaluating it now
 
 
 class CancelJob(_Wire):
@@ -655,7 +669,7 @@ MESSAGE_TYPES: dict[int, type[_Wire]] = {
         SubmitCandidate, SubmitAck, CandidateUpdateNotice, EvaluateRequest, EvaluateReply,
         CancelJob, CreateJob, JobCreated, SubscribeJob, JobEventNotice, GetJob, JobStatusReply,
         ReportJobEvent, ReportJobResult, ResyncUpdates, GetStats, StatsReply, Ping, Pong,
-        AssignWork, WorkDone, CancelWork, WorkerExited,
+        AssignWork, WorkDone, CancelWork, WorkerExited, EvaluateQueued,
     )
 }
 

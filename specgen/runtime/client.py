@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from specgen.errors import UsageError
 from specgen.messages import (
     CancelJob, CandidateSubmission, CandidateUpdate, CandidateUpdateNotice, CreateJob,
-    EvaluateRequest, GetJob, GetStats, JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus,
+    EvaluateQueued, EvaluateRequest, GetJob, GetStats, JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus,
     Ping, ReportJobEvent, ReportJobResult, ResyncUpdates, SchedulerStats, SubscribeJob, Verdict,
     _Wire,
 )
@@ -37,6 +37,7 @@ from specgen.runtime.settings import RuntimeSettings
 from specgen.runtime.transport import PeerConnection
 
 UpdateSink = Callable[[CandidateUpdate], None]
+ProgressSink = Callable[[EvaluateQueued], None]
 
 
 class Job:
@@ -164,8 +165,9 @@ class Client:
         self._sinks = [(s, j) for s, j in self._sinks if s is not sink]
 
     # -- requests -------------------------------------------------------------------------
-    def _request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
-        return self.conn.request(msg, timeout)
+    def _request(self, msg: _Wire, timeout: float | None = None,
+                 on_progress: ProgressSink | None = None) -> _Wire:
+        return self.conn.request(msg, timeout, on_progress)
 
     def ping(self, payload: bytes = b"") -> float:
         """Round trip to the scheduler in seconds."""
@@ -184,16 +186,26 @@ class Client:
         *,
         problem_name: str = "problem",
         timeout: float | None = None,
+        on_progress: ProgressSink | None = None,
     ) -> Verdict:
-        """Evaluate one candidate outside any job (blocking). `timeout` defaults to the setting
-        call_timeout_s."""
+        """Evaluate one candidate outside any job (blocking).
+
+        A request that waits behind others is not a lost one: the scheduler acknowledges it when
+        it is queued, with its queue position, and keeps reporting on it (EvaluateQueued: its
+        position, or that a worker runs it) every quarter of `timeout` until the verdict comes.
+        `timeout` (default: the setting call_timeout_s) is how long the scheduler may stay silent
+        about the request; CallTimeout only once it did, never for a long queue. `on_progress`
+        receives each report (e.g. to show the position), on the thread driving the connection:
+        keep it quick."""
         if stage not in ("validate", "profile", "full"):
             raise UsageError(f"stage must be validate, profile or full, not {stage!r}")
         sub = CandidateSubmission(job_id="", candidate_id=f"{self._inline_prefix}{next(self._inline_ids)}",
                                   problem_name=problem_name,
                                   problem_source=problem_source, candidate_source=candidate_source,
                                   origin="inline", extracted_at=time.time())
-        reply = self._request(EvaluateRequest(call_id=0, submission=sub, stage=stage), timeout)
+        silence = self.settings.call_timeout_s if timeout is None else timeout
+        request = EvaluateRequest(call_id=0, submission=sub, stage=stage, progress_interval_s=silence / 4)
+        reply = self._request(request, timeout, on_progress)
         return reply.update.verdict  # type: ignore[attr-defined]
 
     def submit(

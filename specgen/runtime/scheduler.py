@@ -56,6 +56,8 @@ _kv_encoder = msgspec.msgpack.Encoder()
 
 
 class SchedulerActor:
+    batch_limit = 1024   # messages handled per receive at most, before replies and assignments go out
+
     def __init__(self, bind: str, state_dir: Path, settings: RuntimeSettings,
                  keys: ServerKeys | None = None, join_secret: bytes | None = None) -> None:
         """`join_secret`: the cluster's (runtime/auth.py); None reads STATE_DIR/join_secret,
@@ -124,10 +126,13 @@ class SchedulerActor:
     # -- sockets (the loop's thread only) -----------------------------------------------------
     def _receive(self, now: float, peer: bytes, batch: bool) -> None:
         """Feed the core the message whose first frame (`peer`) the loop received and, with
-        `batch`, what else is waiting, up to a bounded batch so replies go out under a flood."""
+        `batch`, what else is waiting, up to `batch_limit` messages so replies go out under a
+        flood. A message is read only when it is handled here: the next one's routing frame is
+        taken only when the bound leaves room for it, the rest waits whole in the socket for the
+        loop's next receive."""
         sock, core = self.sock, self.core
         limit = self.settings.max_message_bytes
-        for _ in range(1024):
+        for left in range(self.batch_limit - 1, -1, -1):
             # A ROUTER hands over a message whole: no wait here. Frames (copy=False) say whether
             # more follow without a getsockopt, whose option lookup costs more than the receive.
             frame = recv_frame(sock, 0, False)
@@ -143,7 +148,7 @@ class SchedulerActor:
                 self._send([peer, *wire.encode(exc.reply())])
             else:
                 core.handle(peer, msg, now)
-            if not batch or not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
+            if not left or not batch or not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
                 return
             peer = recv_frame(sock, NOBLOCK)
 

@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
 import logging
 import math
@@ -37,8 +38,8 @@ import msgspec
 
 from specgen.messages import (
     PROTOCOL_VERSION, Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission,
-    CandidateUpdate, CandidateUpdateNotice, CreateJob, DeadNotice, ErrorReply, EvaluateReply,
-    EvaluateRequest, GetJob, GetStats, Goodbye, Heartbeat, HeartbeatAck, Hello, JobCreated,
+    CandidateUpdate, CandidateUpdateNotice, CreateJob, DeadNotice, ErrorReply, EvaluateQueued,
+    EvaluateReply, EvaluateRequest, GetJob, GetStats, Goodbye, Heartbeat, HeartbeatAck, Hello, JobCreated,
     JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus, JobStatusReply, KvPoolResize, KvPoolStats,
     Ping, PoolStat, Pong,
     ReportJobEvent, ReportJobResult, ResyncUpdates, SchedulerStats, StatsReply, SubmitAck,
@@ -58,6 +59,7 @@ Key = tuple[str, str, str]
 _MAX_HELD_RESULTS = 256          # kept results a worker may list in its Hello
 _MAX_RELEASED = 1024             # requests taken back from lost workers, remembered for their results
 _RECENT_RESULTS = 16             # request ids a worker answered lately (a repeat is a duplicate)
+_MIN_PROGRESS_INTERVAL_S = 0.1   # EvaluateQueued notices to one caller about one request, at most this often
 
 
 @dataclass(slots=True)
@@ -152,6 +154,7 @@ class SchedulerCore:
         self.jobs: dict[str, JobState] = {}
         self.running: dict[str, QueuedRequest] = {}    # request_id -> request
         self.direct: dict[Key, QueuedRequest] = {}     # one-off requests, queued or running
+        self.progress_due: list[tuple[float, int, bool, Key]] = []   # (when, seq, first, key): _report_progress
         self.work_acks: dict[bytes, list[int]] = {}     # worker -> WorkDone call_ids not yet acked
         # request id -> (worker name, request) for requests taken back from lost workers: that
         # worker's kept result is still accepted while the request waits in its queue.
@@ -516,6 +519,31 @@ class SchedulerCore:
                             direct=True)
         self.direct[key] = req
         self._push(req, now)
+        if msg.progress_interval_s > 0:
+            # Acknowledged once this pass's assignments are made: only if it is still queued then.
+            req.progress_interval_s = max(_MIN_PROGRESS_INTERVAL_S, msg.progress_interval_s)
+            heapq.heappush(self.progress_due, (now, req.seq, True, key))
+
+    def _report_progress(self, now: float) -> None:
+        """Tell callers that their one-off requests are alive: EvaluateQueued with the queue
+        position when a request is queued (not when a worker took it at once), then every
+        `progress_interval_s` it asked for, queued or running, until it is answered. The caller's
+        wait for the reply restarts with each (setting call_timeout_s)."""
+        due = self.progress_due
+        while due and due[0][0] <= now:
+            _, seq, first, key = heapq.heappop(due)
+            req = self.direct.get(key)
+            if req is None or req.seq != seq or req.reply_to is None:
+                continue   # answered or dropped
+            peer, queue = req.reply_to, self.queues[req.pool]
+            if peer not in self.peers:
+                pass   # timed out while a worker runs its request: told again once it is back
+            elif not req.removed:
+                self.reply(peer, EvaluateQueued(call_id=req.call_id, position=queue.position(req),
+                                                queued=queue.live))
+            elif not first and req.request_id and self.running.get(req.request_id) is req:
+                self.reply(peer, EvaluateQueued(call_id=req.call_id, running=True, queued=queue.live))
+            heapq.heappush(due, (now + req.progress_interval_s, seq, False, key))
 
     def on_work_done(self, peer: bytes, msg: WorkDone, now: float) -> None:
         # Acknowledged in the next message to this worker (its next assignment, else its next
@@ -723,6 +751,8 @@ class SchedulerCore:
                     idle_in[w.pool] -= 1
                     assigned += 1
                     progress = True
+        if self.progress_due and self.progress_due[0][0] <= now:
+            self._report_progress(now)
         self._refresh_usage()
         self.steer_kv(now)
         return assigned

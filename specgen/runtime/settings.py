@@ -23,7 +23,11 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                                             # hung or cut-off peers, so it tolerates a loaded host)
     ready_timeout_s: float = 180.0          # a started worker/reasoner must report READY by then
     connect_timeout_s: float = 15.0         # a client waits this long for the scheduler's Welcome
-    call_timeout_s: float = 120.0           # a client request waits this long for its reply
+    call_timeout_s: float = 120.0           # a client request fails once the scheduler said nothing of
+                                            # it this long: no reply, and for an evaluation no notice
+                                            # (EvaluateQueued: queue position, or running) either; these
+                                            # come every call_timeout_s / 4 while it waits or runs and
+                                            # each restarts the wait, so a long queue is not a timeout
     shutdown_grace_s: float = 5.0           # SIGTERM, then SIGKILL after this long
     # limits (a ROUTER silently drops messages past its high-water mark: bound what is in flight)
     max_message_bytes: int = 16 * 1024 * 1024  # larger messages are refused with an error reply

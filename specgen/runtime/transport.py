@@ -37,7 +37,8 @@ from zmq.utils.monitor import parse_monitor_message
 
 from specgen.errors import SpecgenError
 from specgen.messages import (
-    Ack, DeadNotice, ErrorReply, Heartbeat, HeartbeatAck, Hello, WorkDone, Welcome, _Wire,
+    Ack, DeadNotice, ErrorReply, EvaluateQueued, Heartbeat, HeartbeatAck, Hello, WorkDone, Welcome,
+    _Wire,
 )
 from specgen.runtime import wire
 from specgen.runtime.auth import ClientKeys, apply_client_keys, presented_credential
@@ -164,14 +165,23 @@ _CONTROL = frozenset((Welcome, HeartbeatAck, DeadNotice, ErrorReply))
 
 class _Waiter:
     """What a blocking request() waits on: the part of a Future the connection uses, without the
-    condition variable and callbacks (the waiting thread drives the socket and sees it done)."""
+    condition variable and callbacks (the waiting thread drives the socket and sees it done).
+    Progress notices of the request (EvaluateQueued) go to `progress`."""
 
-    __slots__ = ("value", "error", "finished")
+    __slots__ = ("value", "error", "finished", "heard", "notice", "on_progress")
 
-    def __init__(self) -> None:
+    def __init__(self, on_progress: Callable[[Any], None] | None = None) -> None:
         self.value: Any = None
         self.error: BaseException | None = None
         self.finished = False
+        self.heard = 0.0          # monotonic time of the latest progress notice; 0: none yet
+        self.notice: Any = None   # that notice
+        self.on_progress = on_progress
+
+    def progress(self, notice: Any) -> None:
+        self.heard, self.notice = time.monotonic(), notice
+        if self.on_progress is not None:
+            self.on_progress(notice)
 
     def done(self) -> bool:
         return self.finished
@@ -379,20 +389,37 @@ class PeerConnection:
         with self._lock:
             return [msg for msg, fut in self._pending.values() if fut is None]
 
-    def request(self, msg: _Wire, timeout: float | None = None) -> _Wire:
+    def request(self, msg: _Wire, timeout: float | None = None,
+                on_progress: Callable[[Any], None] | None = None) -> _Wire:
+        """Send `msg` and wait for its reply. `timeout` (default: the setting call_timeout_s)
+        bounds the scheduler's silence about the request, not the request: each progress notice
+        of it (EvaluateQueued, for an EvaluateRequest that asked for them) restarts the wait, and
+        goes to `on_progress` on the thread that drives the connection then."""
         timeout = self.settings.call_timeout_s if timeout is None else timeout
-        waiter = _Waiter()
+        waiter = _Waiter(on_progress)
         self.call(msg, waiter)
         if not waiter.finished:
             self.drive(waiter.done, timeout)
+            while not waiter.finished and waiter.heard and not self._closed:
+                remaining = waiter.heard + timeout - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.drive(waiter.done, remaining)
         if waiter.error is not None:
             raise waiter.error
         if not waiter.finished:
             with self._lock:
                 self._pending.pop(msg.call_id, None)  # type: ignore[attr-defined]
+            notice = waiter.notice
+            if notice is None:
+                raise CallTimeout(
+                    f"{type(msg).__name__} got no reply from {self.address} within {timeout:g} s "
+                    "(setting call_timeout_s)"
+                )
+            where = "running" if notice.running else f"queued at position {notice.position}"
             raise CallTimeout(
-                f"{type(msg).__name__} got no reply from {self.address} within {timeout:g} s "
-                "(setting call_timeout_s)"
+                f"{type(msg).__name__}: the scheduler at {self.address} said nothing of it for "
+                f"{timeout:g} s (setting call_timeout_s); it last reported it {where}"
             )
         return waiter.value
 
@@ -616,6 +643,13 @@ class PeerConnection:
             self._acks_due += acked   # forgotten at the next tick, off the way of the new work
         if type(msg) in _CONTROL:
             self._on_control(msg)
+            return
+        if type(msg) is EvaluateQueued:   # a request's progress: it stays pending
+            with self._lock:
+                entry = self._pending.get(msg.call_id)
+            progress = getattr(entry[1], "progress", None) if entry is not None else None
+            if progress is not None:
+                progress(msg)
             return
         call_id = getattr(msg, "call_id", 0)
         if call_id:

@@ -1,6 +1,9 @@
+import collections
+import itertools
 import math
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from specgen.messages import CandidateSubmission
 from specgen.runtime.priority import PriorityRule, QueuedRequest, RequestQueue
@@ -101,3 +104,206 @@ def test_live_scheduler_runs_requests_in_priority_order() -> None:
         assert order == [("blocker", "validate"), ("b1-ok", "validate"), ("b1-ok", "profile"),
                          ("b2-bad", "validate"), ("a2-bad", "validate"), ("a1-ok", "validate"),
                          ("a1-ok", "profile")]
+
+
+# -- fairness: requesters take turns within a priority level -------------------------------------
+
+def direct(seq: int, caller: bytes, stage: str = "validate", extracted: float | None = None,
+           deadline: float = math.inf) -> QueuedRequest:
+    """A one-off evaluation of `caller` (a peer id): its requester is the caller."""
+    sub = CandidateSubmission(job_id="", candidate_id=f"d{seq}", problem_name="p", problem_source="",
+                              candidate_source="", extracted_at=float(seq) if extracted is None else extracted)
+    return QueuedRequest(key=("", f"direct:{caller.hex()}:{seq}", stage), stage=stage, submission=sub, seq=seq,
+                         deadline=deadline, reply_to=caller, call_id=seq, direct=True)
+
+
+def who(queue_order: list[QueuedRequest]) -> str:
+    return "".join((r.reply_to or b"?").decode() if r.direct else r.key[0] for r in queue_order)
+
+
+def drain_requests(queue: RequestQueue) -> list[QueuedRequest]:
+    out = []
+    while (r := queue.pop()) is not None:
+        out.append(r)
+    return out
+
+
+def test_callers_take_turns_within_a_level() -> None:
+    q = RequestQueue(PriorityRule(["deadline", "stage", "oldest"]))
+    seq = iter(range(1, 100))
+    for caller, n in ((b"A", 5), (b"B", 2), (b"C", 3)):     # A queued first, and most
+        for _ in range(n):
+            q.push(direct(next(seq), caller))
+    order = drain_requests(q)
+    assert who(order) == "ABCABCACAA"
+    # Each caller's own requests still come in the rule's order (here: oldest first).
+    for caller in (b"A", b"B", b"C"):
+        mine = [r.seq for r in order if r.reply_to == caller]
+        assert mine == sorted(mine)
+
+
+def test_a_caller_with_many_requests_does_not_starve_one_with_few() -> None:
+    q = RequestQueue(PriorityRule(["deadline", "stage", "oldest"]))
+    for i in range(1, 101):
+        q.push(direct(i, b"A"))
+    served = [q.pop() for _ in range(10)]
+    assert who(served) == "A" * 10
+    late = direct(500, b"B")                 # extracted long after all of A's
+    q.push(late)
+    assert q.position(late) == 1 and q.pop() is late
+    q.push(direct(501, b"B"))
+    q.push(direct(502, b"B"))
+    assert who([q.pop() for _ in range(4)]) == "ABAB"
+
+
+def test_a_caller_saves_no_turns_while_it_has_nothing_queued() -> None:
+    q = RequestQueue(PriorityRule(["oldest"]))
+    for i in range(1, 21):
+        q.push(direct(i, b"A"))
+    q.push(direct(100, b"B"))
+    assert who([q.pop() for _ in range(2)]) == "AB"
+    assert who([q.pop() for _ in range(6)]) == "AAAAAA"    # B had nothing queued meanwhile
+    for i in range(101, 105):
+        q.push(direct(i, b"B"))
+    assert who([q.pop() for _ in range(6)]) == "BABABA"     # one turn each, not four in a row
+
+
+def test_levels_come_before_turns_and_jobs_are_requesters_too() -> None:
+    q = RequestQueue(PriorityRule(["deadline", "stage", "oldest"]))
+    for i in range(1, 4):
+        q.push(direct(i, b"A"))
+        q.push(req(10 + i, deadline=math.inf, extracted=10.0 + i))    # job "j", same level as A's
+    urgent = direct(50, b"B", deadline=100.0)
+    q.push(urgent)
+    profiling = direct(60, b"C", stage="profile")             # profiling sorts before validation
+    q.push(profiling)
+    order = drain_requests(q)
+    assert order[0] is urgent and order[1] is profiling
+    assert who(order[2:]) == "AjAjAj"
+
+
+def test_lost_and_removed_requests_keep_the_books_right() -> None:
+    q = RequestQueue(PriorityRule(["deadline", "stage", "oldest"]))
+    reqs = {c: [direct(10 * k + i, c.encode()) for i in range(1, 6)] for k, c in enumerate("ABC", 1)}
+    for i in range(5):
+        for c in "ABC":
+            q.push(reqs[c][i])
+    q.remove(reqs["B"][0])                 # B's head: B's next one takes its turn
+    q.remove(reqs["C"][3])
+    for r in reqs["A"]:
+        q.remove(r)                         # A is gone entirely
+    assert len(q) == 8
+    running = q.pop()
+    assert running is reqs["B"][1]
+    running.attempts += 1                  # its worker was lost: back, with its priority and turn
+    q.push(running)
+    assert q.position(running) == 1
+    assert who(drain_requests(q)) == "BCBCBCBC"[:8]
+
+
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("push"), st.integers(0, 3), st.sampled_from(["validate", "profile"]),
+              st.sampled_from([math.inf, 10.0]), st.integers(0, 50)),
+    st.tuples(st.just("pop")),
+    st.tuples(st.just("requeue")),
+    st.tuples(st.just("remove"), st.integers(0, 10**6)),
+), max_size=120)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(_ops)
+def test_positions_tell_the_order_and_turns_stay_fair(ops: list) -> None:
+    """Random pushes (4 requesters: 2 callers, 2 jobs), pops, re-queues and removals: then every
+    queued request's position is where it comes out, each requester's requests come in the
+    rule's order, and within a level no requester gets two turns ahead of another."""
+    q = RequestQueue(PriorityRule(["deadline", "stage", "oldest"]))
+    queued: list[QueuedRequest] = []
+    seq = itertools.count(1)
+    for op in ops:
+        if op[0] == "push":
+            _, requester, stage, deadline, extracted = op
+            n = next(seq)
+            if requester < 2:
+                r = direct(n, b"AB"[requester:requester + 1], stage=stage, extracted=float(extracted),
+                           deadline=deadline)
+            else:
+                r = req(n, stage=stage, deadline=deadline, extracted=float(extracted))
+                r.key = (f"job{requester}", f"c{n}", stage)
+            q.push(r)
+            queued.append(r)
+        elif op[0] == "pop":
+            r = q.pop()
+            if r is not None:
+                queued.remove(r)
+        elif op[0] == "requeue":            # popped, its worker lost, back in the queue
+            r = q.pop()
+            if r is not None:
+                r.attempts += 1
+                q.push(r)
+        elif queued:
+            r = queued.pop(op[1] % len(queued))
+            q.remove(r)
+    assert len(q) == len(queued)
+    assert sorted(r.seq for r in q.items()) == sorted(r.seq for r in queued)
+    positions = {r.seq: q.position(r) for r in queued}
+    order = drain_requests(q)
+    assert [positions[r.seq] for r in order] == list(range(1, len(order) + 1))
+    levels: dict[tuple, list[QueuedRequest]] = {}
+    for r in order:
+        levels.setdefault(r.sort_key[:2], []).append(r)
+    for level in levels.values():
+        left = collections.Counter(r.requester for r in level)
+        served: collections.Counter = collections.Counter()
+        for r in level:
+            mine = [x.sort_key for x in level if x.requester == r.requester]
+            assert mine == sorted(mine)
+            served[r.requester] += 1
+            busy = [k for k in left if served[k] < left[k]]     # requesters with requests still queued
+            if busy:
+                assert max(served[k] for k in busy) - min(served[k] for k in busy) <= 1
+
+
+def test_a_decision_with_1000_queued_from_10_callers_stays_cheap() -> None:
+    """The round robin keeps a scheduling decision (a worker's result in, its next assignment
+    out, with the new arrival's queue-position acknowledgement) well under 100 us."""
+    import statistics
+    import time
+
+    from specgen.messages import CandidateUpdate, EvaluateRequest, Hello, Verdict, WorkDone
+    from specgen.runtime.journal import Journal
+    from specgen.runtime.scheduler_core import SchedulerCore
+    from specgen.runtime.settings import RuntimeSettings
+
+    core = SchedulerCore(RuntimeSettings(peer_timeout_s=1e9), Journal(":memory:"))
+    now = time.monotonic()
+    callers = [f"client/c{i}/1".encode() for i in range(10)]
+    for i, peer in enumerate(callers):
+        core.handle(peer, Hello(role="client", name=f"c{i}"), now)
+    ids = itertools.count(1)
+
+    def evaluate() -> None:
+        i = next(ids)
+        sub = CandidateSubmission(job_id="", candidate_id=f"d{i}", problem_name="p", problem_source="x",
+                                  candidate_source="y", extracted_at=time.time())
+        core.handle(callers[i * 7 % 10], EvaluateRequest(call_id=i, submission=sub, stage="validate",
+                                                         progress_interval_s=30.0), now)
+
+    for _ in range(1001):                           # one for the worker, 1,000 queued
+        evaluate()
+    worker = b"worker/n/cpu0/1"
+    core.handle(worker, Hello(role="worker", name="n/cpu0", node="n"), now)
+    core.schedule(now)
+    times = []
+    for i in range(3000):
+        [req] = core.running.values()
+        upd = CandidateUpdate(job_id="", candidate_id=req.submission.candidate_id, stage="validate",
+                              verdict=Verdict(stage="validate"))
+        core.handle(worker, WorkDone(call_id=i + 1, request_id=req.request_id, update=upd), now)
+        evaluate()                                  # keep 1,000 queued
+        t = time.perf_counter()
+        core.schedule(now)
+        times.append(time.perf_counter() - t)
+        core.outbox.clear()
+    assert len(core.queues["validate"]) == 1000
+    print(f"\ndecision with 1,000 queued from 10 callers: median {statistics.median(times) * 1e6:.1f} us")
+    assert statistics.median(times) < 100e-6, statistics.median(times)
