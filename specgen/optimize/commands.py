@@ -1,7 +1,8 @@
 """`specgen optimize [PROBLEM.py] [--llm replay|vllm|openai] ...`: run one optimize job.
 
 With no problem and no engine it replays the bundled hand-written trace of a bundled problem, and
-says so; the kernels in the trace are validated and profiled for real, on the local GPUs if there
+says so, with the fork model and timing model it used (replayed reasoning is paced by the timing
+model; forks write the latest draft before them unless `--fork-model` says otherwise); the kernels in the trace are validated and profiled for real, on the local GPUs if there
 are any, else on CPU workers (Triton under its interpreter, timings labelled CPU timings).
 Evaluation runs through the actor runtime (a local scheduler and node with its workers) unless
 `--evaluation inprocess` asks for the single-process backend.
@@ -47,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--trace", help="trace file to replay (implies --llm replay)")
     engine.add_argument("--speed", type=float, default=1.0,
                         help="replay time scale: 2 replays twice as fast (default 1)")
+    engine.add_argument("--fork-model", choices=("draft", "named", "scripted"), default="draft",
+                        help="what a fork of replayed reasoning writes: the latest draft before it "
+                             "(default), the final answer once its kernel is named (an optimistic "
+                             "bound), or the trace's pre-written fork outputs (a test fixture)")
+    engine.add_argument("--timing", action="append", default=[], metavar="NAME=VALUE",
+                        help="override the timing model of a replay (r1, knee, beta, prefill_tps, ...)")
     engine.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     engine.add_argument("--model", help="model directory (vllm) or served model name (openai)")
     engine.add_argument("--tokenizer", help="tokenizer directory (default: --model for vllm; "
@@ -144,6 +151,17 @@ def _plan(args: argparse.Namespace) -> _Plan:
             plan.notice = (f"No engine configured: replaying the bundled hand-written trace "
                            f"{plan.trace_path.name} for the {what} {plan.problem_name} "
                            f"(--llm vllm|openai runs a live model).")
+        if args.fork_model == "scripted":
+            plan.notice += (" Forks: the trace's pre-written outputs (a test fixture, no evidence "
+                            "of anything); timing: the trace's recorded times.")
+        else:
+            from specgen.engines.timing_model import TimingModel
+
+            timing = TimingModel.from_overrides(args.timing)
+            plan.notice += (f" Forks: fork model '{args.fork_model}'; timing: {timing.r1:g} "
+                            f"tokens/s per request up to {timing.knee:g} sequences, falling as "
+                            f"(knee/n)^{timing.beta:g} beyond, prefill {timing.prefill_tps:g} "
+                            f"tokens/s ({timing.source}).")
     elif plan.llm == "vllm":
         if not args.model:
             raise UsageError("--llm vllm needs --model DIR (a local model directory)")
@@ -162,7 +180,15 @@ def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
         assert plan.trace_path is not None
         if not args.speed > 0:
             raise UsageError(f"--speed must be > 0, got {args.speed}")
-        return IterationReplayEngine(plan.trace_path, speed=args.speed, tokenizer=args.tokenizer)
+        if args.fork_model == "scripted":
+            return IterationReplayEngine(plan.trace_path, speed=args.speed, tokenizer=args.tokenizer)
+        from specgen.engines.timing_model import TimingModel
+        from specgen.optimize.fork_models import fork_writer
+        from specgen.optimize.trace_replay import IterationModelledEngine
+
+        return IterationModelledEngine(plan.trace_path, fork_writer(args.fork_model),
+                                       timing=TimingModel.from_overrides(args.timing),
+                                       speed=args.speed, tokenizer=args.tokenizer)
     if plan.llm == "vllm":
         from specgen.engines.vllm_engine import VLLMEngine
 

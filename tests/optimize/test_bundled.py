@@ -49,11 +49,6 @@ def test_traces_are_marked_hand_written_and_look_like_reasoning(name: str) -> No
         for fork in iteration.forks:
             source = extract_fork_candidate(fork.completion.text, opened_fence=True)
             assert source is not None and load_candidate(source, problem)
-        # The kernel that ends up as the answer can first be written at about a third.
-        final_fork = next(f for f in iteration.forks
-                          if extract_fork_candidate(f.completion.text, opened_fence=True)
-                          .strip() in final)
-        assert 0.25 <= final_fork.position / reasoning.num_tokens <= 0.42
 
 
 def test_bundled_traces_are_up_to_date_with_their_sources() -> None:

@@ -21,6 +21,7 @@ def test_default_run_replays_the_bundled_trace_through_the_runtime(tmp_path, cap
     assert code == 0, captured.err
     assert "No engine configured: replaying the bundled hand-written trace" in captured.err
     assert "fused_elementwise" in captured.err and "CPU timings" in captured.err
+    assert "Forks: fork model 'draft'; timing: 56 tokens/s per request" in captured.err
 
     result = msgspec.json.decode((out / "result.json").read_bytes(), type=OptimizeResult)
     assert result.mode == "specgen" and result.status == "iterations_done"
