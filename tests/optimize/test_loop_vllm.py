@@ -60,3 +60,35 @@ def test_whole_loop_on_vllm_with_feedback_and_prefix_cache(tiny_model_path, eval
     assert "failed to load or compile" in second_prompt
     assert result.iterations[1].prompt_tokens > result.iterations[0].prompt_tokens
     assert result.best_candidate_id is None and result.best_source is None
+
+
+def test_fork_model_on_a_live_engine_closes_the_loop(tiny_model_path, eval_workers) -> None:
+    """Replayed reasoning, forks written by vLLM from the actual fork prompt (--fork-model model)."""
+    from specgen.engines.vllm_engine import VLLMEngine
+    from specgen.optimize.bundled import bundled_trace
+    from specgen.optimize.fork_models import EngineWriter
+    from specgen.optimize.trace_replay import IterationModelledEngine
+
+    spec = OptimizeSpec(
+        job_id="fork-model-live", problem_name="fused_elementwise",
+        problem_source=bundled_problem("fused_elementwise").read_text(), mode="specgen",
+        max_iterations=1, fork_max_tokens=32, temperature=0.0,
+        triggers=TriggerSettings(every_n_tokens=2000, structure_boundaries=False, cues=[],
+                                 min_gap_tokens=2000, max_forks_per_iteration=2,
+                                 max_forks_in_flight=0))
+
+    async def go():
+        live = VLLMEngine(tiny_model_path, max_model_len=8192, kv_cache_gib=1, dtype="float32")
+        await live.start()
+        writer = EngineWriter(live, max_tokens=32)
+        engine = IterationModelledEngine(bundled_trace("fused_elementwise"), writer, speed=20.0)
+        try:
+            async with local_backend(eval_workers) as backend:
+                result = await asyncio.wait_for(run_job(spec, engine, backend), timeout=600)
+        finally:
+            await live.close()
+        return result, writer
+
+    result, writer = asyncio.run(go())
+    assert result.status in ("iterations_done", "target_reached"), result.error
+    assert result.metrics.forks >= 1 and writer.calls == result.metrics.forks
