@@ -353,6 +353,7 @@ class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
     busy_candidate: str = ""                # "job_id/candidate_id" of the request it runs
     pid: int = 0                            # its process id on its node's host
     host: str = ""                          # host name of the machine it runs on (pairs it with KV pools)
+    sandbox: str = ""                       # how its candidates run (Hello.sandbox)
 
 
 class PoolStat(msgspec.Struct, kw_only=True):
@@ -410,6 +411,8 @@ class Hello(_Wire):
     credential: str = ""                    # worker, node, reasoner: proof of cluster membership, an
                                             # HMAC of role and name under the join secret (runtime/auth.py)
     held_results: list[str] = []            # worker: request ids of results it keeps until acknowledged
+    sandbox: str = ""                       # worker: how its candidates run, "namespaces" | "none"
+                                            # ("none: <why>" when no sandbox could be made); "" untold
 
 
 class Welcome(_Wire):

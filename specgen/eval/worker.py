@@ -372,7 +372,8 @@ class EvalWorker:
         if self.refuses_candidates:
             return Verdict(error=(f"refused: this host cannot sandbox candidates "
                                   f"({self.sandbox_status.detail}); set EvalOptions.sandbox="
-                                  f"'optional' to run them anyway"),
+                                  f"'optional' (specgen-node --allow-unsandboxed) to run them "
+                                  f"anyway"),
                            cpu_timing=cpu_timing)
         # Static checks come before any of the candidate's code runs, in a build or a runner.
         flags = scan_source(candidate.tree)

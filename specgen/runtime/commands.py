@@ -72,7 +72,8 @@ def _status(args: argparse.Namespace) -> int:
               f"utilization {pool.utilization:.0%}")
     for w in stats.workers:
         state = f"busy ({w.busy_stage}, {w.busy_for_s:.1f} s)" if w.busy_stage else "idle"
-        print(f"  {w.name:24s} {w.device:8s} {w.pool:8s} {state}  done {w.completed}")
+        print(f"  {w.name:24s} {w.device:8s} {w.pool:8s} {state}  done {w.completed}"
+              + (f"  sandbox {w.sandbox}" if w.sandbox else ""))
     for node, workers in stats.node_health.items():
         for name, health in workers.items():
             if health.get("state") != "ready":

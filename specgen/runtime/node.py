@@ -289,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evaluator", default="eval",
                    help="'eval' (default), or 'replay[:RECORDING.json]' to play back recorded service times")
     p.add_argument("--work-dir", type=Path, default=None, help="scratch space for the workers")
+    p.add_argument("--allow-unsandboxed", action="store_true",
+                   help="run candidates even where this host cannot sandbox them (trusted code "
+                        "only; every verdict then says sandbox 'none')")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a runtime setting")
     return p
 
@@ -321,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         from specgen.runtime.settings import settings_from_env
 
         settings = settings_from_env().with_overrides(args.set)
+        if args.allow_unsandboxed:
+            settings = msgspec.structs.replace(
+                settings, eval_options={**settings.eval_options, "sandbox": "optional"})
         keys = load_client_keys(args.keys) if args.keys else None
         devices = parse_devices(args.gpus, args.cpu_workers)
         require_keys_for(args.scheduler, keys)

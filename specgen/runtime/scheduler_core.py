@@ -84,6 +84,7 @@ class WorkerState:
     pending_pool: str | None = None
     pid: int = 0
     host: str = ""
+    sandbox: str = ""                               # how its candidates run (Hello.sandbox)
     held: set[str] = field(default_factory=set)     # kept results it listed in its Hello
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_RECENT_RESULTS))
 
@@ -384,7 +385,7 @@ class SchedulerCore:
         else:
             pool = "validate" if validators < self.pools.static_validators(n) else "profile"
         w = WorkerState(peer=peer, name=msg.name, node=msg.node, device=msg.device or "cpu", pool=pool,
-                        pid=msg.pid, host=msg.host)
+                        pid=msg.pid, host=msg.host, sandbox=msg.sandbox)
         w.held.update(msg.held_results[:_MAX_HELD_RESULTS])
         self.workers[peer] = w
         if msg.busy_request_id:
@@ -1032,7 +1033,7 @@ class SchedulerCore:
                 name=w.name, node=w.node, device=w.device, pool=w.pool,
                 busy_stage=w.busy.stage if w.busy else "",
                 busy_for_s=(now - w.busy_since) if w.busy else 0.0, completed=w.completed,
-                pending_pool=w.pending_pool or "", pid=w.pid, host=w.host,
+                pending_pool=w.pending_pool or "", pid=w.pid, host=w.host, sandbox=w.sandbox,
                 busy_candidate=f"{w.busy.key[0]}/{w.busy.key[1]}" if w.busy else "")
                 for w in self.workers.values()],
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),

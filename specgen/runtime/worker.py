@@ -113,6 +113,9 @@ class WorkerActor:
     def _busy_fields(self) -> dict[str, Any]:
         cur = self.current
         where: dict[str, Any] = {"node": self.config.node, "device": self.config.device, "host": self.host}
+        status = getattr(self.evaluator, "sandbox_status", None)
+        if status is not None:
+            where["sandbox"] = status.kind if status.kind != "none" else f"none: {status.detail}"[:200]
         held = [m.request_id for m in self.conn.kept() if isinstance(m, WorkDone)]
         if held:
             where["held_results"] = held

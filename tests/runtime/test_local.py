@@ -29,6 +29,17 @@ def test_status_command_prints_pools_and_workers(capsys: pytest.CaptureFixture) 
     assert "validate" in out and "profile" in out and "local0/cpu0" in out and "local0/cpu1" in out
 
 
+def test_status_shows_how_each_worker_sandboxes_its_candidates(capsys: pytest.CaptureFixture) -> None:
+    from specgen.eval import sandbox
+
+    with LocalCluster(workers=1, address=None) as cluster:       # real evaluation workers
+        workers = cluster.client.stats().workers
+        assert cli_main(["status", "--scheduler", cluster.address]) == 0
+    kind = sandbox.probe().kind
+    assert [w.sandbox.split(":")[0] for w in workers] == [kind]
+    assert f"sandbox {kind}" in capsys.readouterr().out
+
+
 HOLDER = """
 import json, time
 from specgen.runtime.local import LocalCluster
