@@ -123,6 +123,9 @@ def enter(spec: SandboxSpec) -> None:
         _mount("tmpfs", path, "tmpfs", _MS_NOSUID | (0 if path == "/dev" else _MS_NODEV), size)
         covered.append(path)
     for path, (fd, is_dir, rw) in sorted(handles.items(), key=lambda item: len(item[0])):
+        if _under(SCRATCH, path):
+            os.close(fd)          # the private scratch itself (or above it) is never covered again
+            continue
         if any(_under(path, c) for c in covered) or rw:
             _make_mountpoint(path, is_dir)
             _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
@@ -165,7 +168,33 @@ def main(argv: list[str] | None = None) -> None:
     except (SandboxError, OSError, TypeError, ValueError) as exc:
         sys.stderr.write(f"specgen sandbox: setup failed: {exc}\n")
         os._exit(126)
-    os.execvp(argv[2], argv[2:])
+    _run_as_init(argv[2:])
+
+
+def _run_as_init(program: list[str]) -> None:
+    """Start `program` as PID 2 and wait for it as the namespace's init.
+
+    The kernel shields PID 1 from every signal it has no handler for, so a runner that were PID 1
+    would survive its own SIGABRT (glibc's abort() then faults: a SIGSEGV). As PID 2 it dies the
+    way it would anywhere; init then exits with the shell's convention, 128 + the signal, which
+    the worker reads back as that signal (process.py). When init exits, the kernel kills whatever
+    is left in the namespace.
+    """
+    child = os.fork()
+    if child == 0:
+        try:
+            os.execvp(program[0], program)
+        finally:
+            os._exit(127)
+    os.closerange(3, 1 << 16)      # the pipes are the runner's alone: its end of file is theirs
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)   # reaps orphans too
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                     else os.WEXITSTATUS(status))
 
 
 if __name__ == "__main__":

@@ -144,15 +144,13 @@ class RunnerProcess:
         """The runner's pid as this host sees it: in a sandbox, the launcher's one child."""
         if not self.sandboxed:
             return self.proc.pid
-        try:
-            for task in os.listdir(f"/proc/{self.proc.pid}/task"):
-                with open(f"/proc/{self.proc.pid}/task/{task}/children") as children:
-                    found = children.read().split()
-                if found:
-                    return int(found[0])
-        except (OSError, ValueError):
-            pass
-        return self.proc.pid
+        pid = self.proc.pid
+        for _ in range(4):        # launcher -> the namespace's init -> the runner
+            child = _first_child(pid)
+            if child is None:
+                break
+            pid = child
+        return pid
 
     def send(self, job: msgspec.Struct) -> None:
         try:
@@ -228,6 +226,8 @@ class RunnerProcess:
         code = self.proc.poll()
         if code is None:
             return "still running"
+        if code > 128 and self.sandboxed:
+            code = -(code - 128)      # the sandbox's init reports a signal as 128 + its number
         if code < 0:
             try:
                 return f"killed by signal {signal.Signals(-code).name}"
@@ -252,6 +252,18 @@ class RunnerProcess:
             self.log_path.unlink()
         except OSError:
             pass
+
+
+def _first_child(pid: int) -> int | None:
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                found = children.read().split()
+            if found:
+                return int(found[0])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def rss_bytes(pid: int) -> int:

@@ -11,7 +11,7 @@ a poisoned CUDA context, leaked threads) dies with it.
 The worker sets the environment: `CUDA_VISIBLE_DEVICES` to the one GPU of the worker (or none),
 `TRITON_INTERPRET=1` on the CPU, cache and build directories. A watchdog thread exits the runner
 when its worker goes away, so no runner outlives it. Inside a sandbox (eval/sandbox.py) the
-runner is PID 1 of its namespace: everything the candidate starts dies with it.
+runner's PID namespace dies with it: so does everything the candidate started.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Any
 
 def _watch_worker(job_fd: int) -> None:
     """Exit once the worker is gone: it holds the job pipe's write end until it kills us, so a
-    hang-up there means it died (a parent-pid check cannot work from PID 1 of a sandbox)."""
+    hang-up there means it died (in a sandbox the runner's parent is the namespace's init)."""
     poller = select.poll()
     poller.register(job_fd, select.POLLHUP | select.POLLERR)
     while True:

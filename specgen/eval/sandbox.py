@@ -21,8 +21,9 @@ capability and execs the runner:
 - no network at all (a new network namespace: loopback down, no route to the scheduler), a
   process-count limit (a fork bomb meets EAGAIN), an empty capability bounding set and
   no_new_privs, so the candidate cannot undo any of this;
-- PID 1 of the namespace is the runner: when it ends, or the worker kills it, the kernel kills
-  every process left in the namespace, a double-forked `setsid` grandchild included.
+- the setup stage stays as the namespace's init (PID 1) and the runner is PID 2: when the runner
+  ends, init ends, and the kernel kills every process left in the namespace, a double-forked
+  `setsid` grandchild included; the worker kills the whole group the same way.
 
 Outside the namespace, the runner is an unprivileged user (U, one per worker process, when the
 worker is root: the worker writes the id maps, see `map_ids`), so even a file a hidden path
@@ -158,7 +159,7 @@ def probe() -> SandboxStatus:
             _probed = SandboxStatus(NONE, str(exc))
             return _probed
         check = ("import os,socket; s=socket.socket(); s.settimeout(1);"
-                 "ok=os.getpid()==1 and s.connect_ex(('127.0.0.1',9))!=0;"
+                 "ok=os.getppid()==1 and s.connect_ex(('127.0.0.1',9))!=0;"
                  "open('/tmp/x','w').write('x'); print('sandbox-ok' if ok else 'sandbox-leaky')")
         try:
             child = subprocess.Popen([*command, sys.executable, "-c", check], text=True, cwd="/",

@@ -145,6 +145,13 @@ class EvalWorker:
             self.sandbox_status = SandboxStatus(sandbox.NONE, "switched off (EvalOptions.sandbox='off')")
         else:
             self.sandbox_status = sandbox.probe()
+        if self.sandboxed and sandbox.outer_uid() is not None:
+            # Runners are another user: they read the cache (libraries this worker published)
+            # through a read-only view, so its top folder must let others in (a mkdtemp'd or
+            # pytest folder is 0700). Everything below it is created readable already.
+            mode = self.cache_dir.stat().st_mode & 0o7777
+            if mode & 0o005 != 0o005:
+                os.chmod(self.cache_dir, mode | 0o055)
         if self.sandbox_status.kind == sandbox.NONE:
             refusing = self.refuses_candidates
             log.warning("worker %s: candidates run WITHOUT a sandbox: %s%s", self.name,
