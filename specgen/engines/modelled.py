@@ -27,7 +27,7 @@ from typing import AsyncIterator, Protocol
 
 from specgen.engines.base import EngineError, GenerationParams, TokenDelta
 from specgen.engines.replay import ExtraIterations, ReplayEngine
-from specgen.engines.request_tracking import ActiveRequest, check_fork_args, check_params, check_prompt_ids
+from specgen.engines.request_tracking import ActiveRequest, check_fork_args
 from specgen.engines.timing_model import TimingModel
 from specgen.engines.trace import Iteration, Trace
 
@@ -62,13 +62,7 @@ class ModelledEngine(ReplayEngine):
         self.forks_written = 0
 
     def reason(self, request_id: str, prompt_ids: list[int], params: GenerationParams) -> AsyncIterator[TokenDelta]:
-        check_prompt_ids(self.name, "prompt_ids", prompt_ids)
-        check_params(self.name, params)
-        request = self._requests.open(request_id, "reason")
-        index = self.iteration_for_call(self._reason_calls)
-        self._reason_calls += 1
-        self._latest_iteration = index
-        iteration = self.trace.iterations[index]
+        request, iteration = self._open_reasoning(request_id, prompt_ids, params)
         tokens = [*iteration.reasoning.token_ids, *iteration.final.token_ids]
         ttft = self.timing.ttft_s(len(prompt_ids))
         return self._paced(request, tokens, len(prompt_ids), 0, ttft, params)

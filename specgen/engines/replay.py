@@ -90,14 +90,19 @@ class ReplayEngine(Engine):
     # -- generation ------------------------------------------------------------------------------
 
     def reason(self, request_id: str, prompt_ids: list[int], params: GenerationParams) -> AsyncIterator[TokenDelta]:
+        request, iteration = self._open_reasoning(request_id, prompt_ids, params)
+        return self._play(request, [*iteration.reasoning.chunks, *iteration.final.chunks], len(prompt_ids), params)
+
+    def _open_reasoning(self, request_id: str, prompt_ids: list[int],
+                        params: GenerationParams) -> tuple[ActiveRequest, Iteration]:
+        """Check a reasoning request and pick the iteration it replays."""
         check_prompt_ids(self.name, "prompt_ids", prompt_ids)
         check_params(self.name, params)
         request = self._requests.open(request_id, "reason")
         index = self.iteration_for_call(self._reason_calls)
         self._reason_calls += 1
         self._latest_iteration = index
-        iteration = self.trace.iterations[index]
-        return self._play(request, [*iteration.reasoning.chunks, *iteration.final.chunks], len(prompt_ids), params)
+        return request, self.trace.iterations[index]
 
     def fork(
         self,

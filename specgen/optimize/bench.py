@@ -58,6 +58,8 @@ class BenchConfig:
     runtime_settings: list[str] = field(default_factory=list)
     live_engine: Any = None                  # for fork model "model"
     label: str = ""
+    cache_dir: Path | None = None            # evaluation cache shared by every mode's cluster
+    prebuild: bool = True                    # build the traces' extensions before the timed run
 
     def check(self) -> None:
         from specgen.errors import UsageError
@@ -147,6 +149,10 @@ async def run_bench(config: BenchConfig,
     from specgen.optimize.commands import local_cluster
 
     config.check()
+    if config.cache_dir is not None:
+        config.eval_options = {**config.eval_options, "cache_dir": str(config.cache_dir)}
+        if config.prebuild:
+            await asyncio.to_thread(prebuild, config)
     pooled, turns = ceiling([p.trace for p in config.problems])
     run = BenchRun(config=_describe(config), ceiling=pooled,
                    ceiling_turns=[dataclasses.asdict(t) for t in turns],
@@ -172,12 +178,62 @@ async def run_bench(config: BenchConfig,
     return run
 
 
+def programs_in(trace: Trace) -> list[str]:
+    """Every complete ModelNew program a trace's reasoning drafts or its answers give."""
+    from specgen.optimize.extraction import extract_candidate, find_code_blocks
+
+    found: dict[str, None] = {}
+    for iteration in trace.iterations:
+        for block in find_code_blocks(iteration.reasoning.text):
+            if block.closed and block.is_candidate:
+                found[block.source] = None
+        final = extract_candidate(iteration.final.text, accept_unclosed=True)
+        if final:
+            found[final] = None
+    return list(found)
+
+
+def prebuild(config: BenchConfig) -> int:
+    """Build every extension the traces' programs need into the shared cache, two at a time, so
+    that no mode pays a build another mode ran first (builds are cached per program source).
+    Programs a fork model writes afresh (`model`) are built when they come, in every mode alike."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specgen.eval.loader import candidate_from_text
+    from specgen.eval.options import EvalOptions
+    from specgen.eval.worker import EvalWorker
+    from specgen.errors import UsageError
+
+    assert config.cache_dir is not None
+    sources = {s for p in config.problems for s in programs_in(p.trace)}
+    needing = []
+    for source in sources:
+        try:
+            if candidate_from_text(source).needs_build:
+                needing.append(source)
+        except UsageError:
+            continue
+    if not needing:
+        return 0
+    # On the first evaluation device: a GPU worker builds for its own architecture.
+    worker = EvalWorker(config.devices[0], config.cache_dir.parent / "prebuild", spare_processes=0,
+                        options=EvalOptions(**config.eval_options))
+    worker.start()
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(worker.build, needing))
+    finally:
+        worker.close()
+    return len(needing)
+
+
 def _describe(config: BenchConfig) -> dict[str, Any]:
     return {"modes": config.modes, "fork_model": config.fork_model,
             "timing": config.timing.to_dict(), "speed": config.speed,
             "concurrency": config.concurrency, "devices": config.devices,
             "prefix_cache": config.prefix_cache, "time_budget_s": config.time_budget_s,
             "target_speedup": config.target_speedup, "best_of_n": config.best_of_n,
+            "prebuilt": config.prebuild and config.cache_dir is not None,
             "problems": [{"name": p.name, "turns": len(p.trace.iterations),
                           "trace_model": p.trace.metadata.model,
                           "hand_written": p.trace.metadata.hand_written} for p in config.problems],

@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", default="", help="evaluation devices, e.g. cuda:0,cuda:1 (default: GPUs, else 2 CPU workers)")
     p.add_argument("--no-prefix-cache", action="store_true", help="forks pay for their whole prompt")
     p.add_argument("--time-budget", type=float, default=None, help="wall seconds per job")
+    p.add_argument("--no-prebuild", action="store_true",
+                   help="do not build the traces' extensions before the timed run")
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the fork models, decode x0.5 and x2, and draft positions +-10 points")
     p.add_argument("--out", type=Path, default=Path("specgen-runs/bench"))
@@ -107,7 +109,8 @@ def bench_main(args: argparse.Namespace) -> int:
                        fork_model=args.fork_model, timing=timing, speed=args.speed,
                        concurrency=args.concurrency, devices=devices,
                        prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
-                       label="main")
+                       label="main", cache_dir=args.out.resolve() / "eval-cache",
+                       prebuild=not args.no_prebuild)
     base.check()
     variants = [("main", base)]
     if args.sensitivity:
