@@ -12,7 +12,9 @@ A trace is one JSON file (format "specgen-trace", version 1) for one problem:
         "problem": "level1/19_ReLU",
         "notes": "...",
         "think_end": "</think>",              # the tag that closes reasoning
-        "created": "2026-01-01T00:00:00Z"
+        "created": "2026-01-01T00:00:00Z",
+        "timing": "recorded" | "rate",        # optional (imported traces): real arrival times or token_rate
+        "imported_from": ["log.jsonl"]        # optional (imported traces): the files it was made from
       },
       "vocab": ["Let", " me", ...],           # the piece vocabulary (specgen-pieces-v1 only)
       "iterations": [{
@@ -118,6 +120,8 @@ class TraceMetadata:
     notes: str = ""
     think_end: str = "</think>"
     created: str = ""
+    timing: str = ""                                         # "recorded" | "rate"; "" when unstated
+    imported_from: list[str] = field(default_factory=list)   # source files of an imported trace
 
 
 @dataclass
@@ -158,6 +162,11 @@ class Trace:
             "think_end": meta.think_end,
             "created": meta.created,
         }
+        # Optional fields are written only when set, so traces without them stay as they were.
+        if meta.timing:
+            metadata["timing"] = meta.timing
+        if meta.imported_from:
+            metadata["imported_from"] = list(meta.imported_from)
         data: dict[str, Any] = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "metadata": metadata}
         if self.vocab is not None:
             data["vocab"] = list(self.vocab)
@@ -295,7 +304,7 @@ class _TraceReader:
         where = "metadata"
         meta = self.expect_dict(
             value, where, {"model", "tokenizer", "hand_written", "problem"},
-            {"token_rate", "notes", "think_end", "created"},
+            {"token_rate", "notes", "think_end", "created", "timing", "imported_from"},
         )
         model = self.expect(meta["model"], str, "metadata.model", "a string")
         if not model:
@@ -322,10 +331,16 @@ class _TraceReader:
         notes = self.expect(meta.get("notes", ""), str, "metadata.notes", "a string")
         think_end = self.expect(meta.get("think_end", "</think>"), str, "metadata.think_end", "a string")
         created = self.expect(meta.get("created", ""), str, "metadata.created", "a string")
+        timing = self.expect(meta.get("timing", ""), str, "metadata.timing", "a string")
+        if timing not in ("", "recorded", "rate"):
+            raise self.fail("metadata.timing", f"must be 'recorded' or 'rate', got {timing!r}")
+        imported_from = self.expect(meta.get("imported_from", []), list, "metadata.imported_from", "a list of strings")
+        for index, item in enumerate(imported_from):
+            self.expect(item, str, f"metadata.imported_from[{index}]", "a string")
         return TraceMetadata(
             model=model, tokenizer=dict(tokenizer), hand_written=hand_written, problem=problem,
             token_rate=float(token_rate) if token_rate is not None else None, notes=notes,
-            think_end=think_end, created=created,
+            think_end=think_end, created=created, timing=timing, imported_from=list(imported_from),
         )
 
     def read_iteration(self, value: Any, where: str) -> Iteration:
