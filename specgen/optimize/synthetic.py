@@ -105,9 +105,9 @@ LANGS = ("torch", "triton", "cuda", "cpp")
 
 @dataclass
 class CandidateLibrary:
-    """The bundled candidates by problem, kind and language (`<problem>_<variant>.py`, headers
-    `# kind:` and `# lang:`; a file without them is an honest candidate in the language its
-    name ends with)."""
+    """The bundled candidates by problem, kind and language (`[KIND/]<problem>_<variant>.py`,
+    headers `# kind:` and `# lang:`; a file without them is an honest candidate in the language
+    its name ends with)."""
 
     candidates: list[LibraryCandidate] = field(default_factory=list)
 
@@ -115,7 +115,7 @@ class CandidateLibrary:
     def load(cls, directory: Path = PROBLEMS_DIR / "candidates") -> "CandidateLibrary":
         problems = sorted(bundled_problems(), key=len, reverse=True)
         found = []
-        for path in sorted(directory.glob("*.py")):
+        for path in sorted(directory.rglob("*.py")):     # kinds may sit in folders of their own
             problem = next((p for p in problems if path.stem.startswith(p + "_")), None)
             if problem is None:
                 continue
