@@ -1,5 +1,6 @@
 """A chain of elementwise operations: gelu(x + bias) * sigmoid(y) (KernelBench level 2 style).
 
+Kind: elementwise.
 Sizes: GPU-sized by default; SPECGEN_PROBLEM_SCALE=small gives a CPU-sized instance.
 """
 import os

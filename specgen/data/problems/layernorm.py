@@ -1,5 +1,6 @@
 """Layer normalization over the last three dimensions (KernelBench level 1 style).
 
+Kind: normalization.
 The normalized shape is (features, dim1, dim2): a candidate's weight and bias must have that
 shape too (at their initial values, ones and zeros, a wrongly shaped pair gives the same output).
 Sizes: GPU-sized by default; SPECGEN_PROBLEM_SCALE=small gives a CPU-sized instance.

@@ -1,5 +1,6 @@
 """Linear layer followed by ReLU: relu(x @ W.T + b) (KernelBench level 2 style).
 
+Kind: matmul.
 Sizes: GPU-sized by default; SPECGEN_PROBLEM_SCALE=small gives a CPU-sized instance.
 """
 import os

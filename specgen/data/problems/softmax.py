@@ -1,5 +1,6 @@
 """Row-wise softmax (KernelBench level 1 style).
 
+Kind: softmax.
 Sizes: GPU-sized by default; SPECGEN_PROBLEM_SCALE=small gives a CPU-sized instance.
 """
 import os

@@ -1,3 +1,6 @@
+# problem: fused_elementwise
+# kind: honest
+# lang: cuda
 """gelu(x + bias) * sigmoid(y) as one CUDA kernel through load_inline (grid-stride loop)."""
 import torch
 import torch.nn as nn

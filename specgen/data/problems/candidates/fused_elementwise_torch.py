@@ -1,3 +1,6 @@
+# problem: fused_elementwise
+# kind: honest
+# lang: torch
 """gelu(x + bias) * sigmoid(y) in plain PyTorch with in-place steps (fewer temporaries)."""
 import torch
 import torch.nn as nn

@@ -1,3 +1,6 @@
+# problem: fused_elementwise
+# kind: honest
+# lang: triton
 """gelu(x + bias) * sigmoid(y) as one Triton kernel: each element read once, written once."""
 import torch
 import torch.nn as nn

@@ -1,3 +1,6 @@
+# problem: layernorm
+# kind: honest
+# lang: torch
 """LayerNorm in plain PyTorch: statistics per sample over the normalized dimensions, then one
 fused multiply-add with the affine parameters."""
 import torch

@@ -1,3 +1,6 @@
+# problem: layernorm
+# kind: honest
+# lang: triton
 """LayerNorm in Triton: per-chunk partial sums (a grid over samples x chunks, so a few large
 samples still fill the GPU), then a normalizing pass with the affine parameters."""
 import torch

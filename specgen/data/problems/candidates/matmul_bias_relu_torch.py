@@ -1,3 +1,6 @@
+# problem: matmul_bias_relu
+# kind: honest
+# lang: torch
 """Linear + ReLU in plain PyTorch: one addmm with the bias, then an in-place clamp."""
 import torch
 import torch.nn as nn

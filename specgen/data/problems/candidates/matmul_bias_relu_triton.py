@@ -1,3 +1,6 @@
+# problem: matmul_bias_relu
+# kind: honest
+# lang: triton
 """Linear + ReLU in Triton: a tiled matmul (fp32, IEEE precision) with bias and ReLU fused into
 the epilogue."""
 import torch

@@ -1,3 +1,6 @@
+# problem: softmax
+# kind: honest
+# lang: cuda
 """Softmax as a CUDA kernel through load_inline: one thread block per row, block-wide max and sum
 reductions in shared memory, the row read three times from global memory (L2-resident rows)."""
 import torch

@@ -1,3 +1,6 @@
+# problem: softmax
+# kind: honest
+# lang: torch
 """Softmax in plain PyTorch: subtract the row max, exponentiate in place, divide by the row sum."""
 import torch
 import torch.nn as nn

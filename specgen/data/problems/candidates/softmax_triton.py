@@ -1,3 +1,6 @@
+# problem: softmax
+# kind: honest
+# lang: triton
 """Softmax in Triton: one program per row, an online max/sum pass then a normalizing pass,
 looping over the row in blocks so any row length works."""
 import torch
