@@ -107,7 +107,8 @@ def enter(spec: SandboxSpec) -> None:
     After it, exec: the bounding set is empty, so the next program starts with no capability.
     """
     hidden = sorted({os.path.realpath(p) for p in spec.hidden if os.path.isdir(p)}, key=len)
-    hidden.append("/dev")       # every device file but the ones listed (no raw disks, no ttys)
+    if spec.hide_dev:
+        hidden.append("/dev")   # every device file but the ones listed (no raw disks, no ttys)
     binds = [(os.path.realpath(p), False) for p in spec.readonly if os.path.exists(p)]
     binds += [(p, True) for p in spec.devices if os.path.exists(p)]
     binds += [(os.path.realpath(p), True) for p in spec.writable if os.path.exists(p)]
@@ -131,11 +132,12 @@ def enter(spec: SandboxSpec) -> None:
             _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
             _set_readonly(path, not rw, recursive=True)
         os.close(fd)
-    os.makedirs("/dev/shm", exist_ok=True)
-    _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, f"/dev/{name}")
+    if spec.hide_dev:
+        os.makedirs("/dev/shm", exist_ok=True)
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, f"/dev/{name}")
     for path in covered:
         if path != SCRATCH:
             _set_readonly(path, True, recursive=False)

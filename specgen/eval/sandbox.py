@@ -71,6 +71,7 @@ class SandboxSpec:
     max_processes: int = 512                            # RLIMIT_NPROC: processes and threads
     cwd: str = SCRATCH + "/work"
     drop_to_uid: bool = False                           # become INNER_UID once laid out
+    hide_dev: bool = True                               # only `devices` under /dev
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,49 @@ def probe() -> SandboxStatus:
             _probed = SandboxStatus(NONE, "namespaces could not be created: "
                                     + (lines[-1][:300] if lines else f"exit {done.returncode}"))
         return _probed
+
+
+_cuda_probed: dict[str, SandboxStatus] = {}
+
+
+def probe_cuda(visible_device: str) -> SandboxStatus:
+    """`probe()`, and for a GPU worker also whether CUDA starts inside the sandbox on that GPU
+    (`visible_device`: its CUDA_VISIBLE_DEVICES value). A host whose driver will not start in
+    these namespaces gets a sandbox of kind NONE saying so, so that GPU candidates are refused
+    with that reason (or run unsandboxed where the operator allows it) instead of all failing."""
+    base = probe()
+    if base.kind != NAMESPACES:
+        return base
+    with _probe_lock:
+        if visible_device in _cuda_probed:
+            return _cuda_probed[visible_device]
+        check = ("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize();"
+                 "print('sandbox-cuda-ok')")
+        env = {**minimal_env(), "CUDA_VISIBLE_DEVICES": visible_device,
+               "PYTHONPATH": str(Path(specgen.__file__).resolve().parent.parent)}
+        env.pop("TRITON_INTERPRET", None)
+        status = base
+        try:
+            command = launcher(SandboxSpec(hidden=list(DEFAULT_HIDDEN), readonly=needed_paths(),
+                                           scratch_mb=64, devices=device_nodes()), outer_uid())
+            child = subprocess.Popen([*command, sys.executable, "-c", check], text=True, cwd="/",
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+            try:
+                if outer_uid() is not None:
+                    map_ids(child.pid, outer_uid())   # type: ignore[arg-type]
+                out, _ = child.communicate(timeout=180)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+            if "sandbox-cuda-ok" not in out:
+                lines = [line for line in out.splitlines() if line.strip()]
+                status = SandboxStatus(NONE, "CUDA does not start inside the sandbox: "
+                                       + (lines[-1][:300] if lines else f"exit {child.returncode}"))
+        except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
+            status = SandboxStatus(NONE, f"CUDA does not start inside the sandbox: {exc}")
+        _cuda_probed[visible_device] = status
+        return status
 
 
 # The only variables a runner inherits from its worker (by exact name or prefix): what torch,

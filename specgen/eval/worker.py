@@ -143,6 +143,10 @@ class EvalWorker:
         self._ref_cache = RefTimingCache(self.cache_dir)
         if self.options.sandbox == "off":
             self.sandbox_status = SandboxStatus(sandbox.NONE, "switched off (EvalOptions.sandbox='off')")
+        elif self.device.startswith("cuda"):
+            # Namespaces alone are not enough on a GPU host: the driver must start inside them.
+            visible = runner_env(self.device, {}, False)["CUDA_VISIBLE_DEVICES"]
+            self.sandbox_status = sandbox.probe_cuda(visible)
         else:
             self.sandbox_status = sandbox.probe()
         if self.sandboxed and sandbox.outer_uid() is not None:

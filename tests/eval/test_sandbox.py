@@ -233,3 +233,14 @@ def test_refused_without_a_sandbox_unless_allowed(tmp_path: Path, monkeypatch) -
                     options=EvalOptions(sandbox="optional")) as allowing:
         verdict = allowing.run(submission("softmax", HONEST_SOFTMAX), "validate")
         assert verdict.correct and verdict.sandbox == "none", verdict
+
+
+def test_a_gpu_worker_checks_that_cuda_starts_inside_the_sandbox() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU host the answer is the host's: see tests/eval/test_gpu.py")
+    status = sandbox.probe_cuda("0")
+    # No driver here: the sandbox is declared unusable for GPU candidates, with the reason.
+    assert status.kind == sandbox.NONE
+    assert status.detail.startswith("CUDA does not start inside the sandbox")
