@@ -63,7 +63,7 @@ def cases() -> list[Case]:
     cheats = [Case(n, "softmax", TESTS / folder / f"{n}.py", False, expect) for folder, n, expect in (
         ("gpu", "side_stream_hidden", "side-stream"),
         ("redteam", "side_stream_static", "side-stream"),
-        ("gpu", "cuda_build_fails", "custom-kernel-not-run"),
+        ("gpu", "cuda_build_fails", "try-fallback"),
         ("gpu", "memo_beyond_floor", "beyond-floor"),
         ("redteam", "module_constants_shadow", "error"),
         ("redteam", "same_output_buffer", "same-output-buffer"),

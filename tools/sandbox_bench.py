@@ -80,12 +80,21 @@ def main() -> int:
                                                 "speedup": verdict.speedup, "wall_s": wall,
                                                 "sandbox": verdict.sandbox})
             print(f"round {round_ + 1}/{args.rounds} done")
+            # after every round, so that a run cut off by a time limit still leaves its figures
+            write(summarize(samples, names, show=False), args, status)
     finally:
         for worker in workers.values():
             worker.close()
+    write(summarize(samples, names, show=True), args, status)
+    return 0
+
+
+def summarize(samples: dict, names: list[str], show: bool) -> list[dict]:
+    """Per candidate: medians per mode and the sandboxed / plain ratio of the profiled time."""
     rows = []
-    print(f"\n{'candidate':26} {'ms sandboxed':>13} {'ms plain':>10} {'ratio':>7} "
-          f"{'speedup s/p':>14} {'stage s/p (s)':>15}")
+    if show:
+        print(f"\n{'candidate':26} {'ms sandboxed':>13} {'ms plain':>10} {'ratio':>7} "
+              f"{'speedup s/p':>14} {'stage s/p (s)':>15}")
     for name in names:
         on, off = samples[name]["required"], samples[name]["off"]
         if not on or not off:
@@ -96,13 +105,17 @@ def main() -> int:
         rows.append({"candidate": name, "runs": [len(on), len(off)], "ratio_ms": ratio,
                      **{f"{k}_sandboxed": v[0] for k, v in med.items()},
                      **{f"{k}_plain": v[1] for k, v in med.items()}})
-        print(f"{name:26} {med['candidate_ms'][0]:13.4f} {med['candidate_ms'][1]:10.4f} "
-              f"{ratio:7.3f} {med['speedup'][0]:6.2f}/{med['speedup'][1]:<6.2f} "
-              f"{med['wall_s'][0]:7.2f}/{med['wall_s'][1]:<6.2f}")
+        if show:
+            print(f"{name:26} {med['candidate_ms'][0]:13.4f} {med['candidate_ms'][1]:10.4f} "
+                  f"{ratio:7.3f} {med['speedup'][0]:6.2f}/{med['speedup'][1]:<6.2f} "
+                  f"{med['wall_s'][0]:7.2f}/{med['wall_s'][1]:<6.2f}")
+    return rows
+
+
+def write(rows: list[dict], args: argparse.Namespace, status: sandbox.SandboxStatus) -> None:
     args.out.write_text(json.dumps({"device": args.device, "rounds": args.rounds,
                                     "sandbox": status.detail, "rows": rows,
                                     "date": time.strftime("%Y-%m-%d")}, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 from specgen.eval.sandbox import INNER_UID, SCRATCH, SandboxError, SandboxSpec
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC = 1, 2, 4, 8, 4096, 16384
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _MOUNT_ATTR_RDONLY = 0x1
 _SYS_MOUNT_SETATTR = 442          # the same number on x86-64 and arm64
@@ -101,11 +101,29 @@ def _drop_privileges(max_processes: int, drop_to_uid: bool) -> None:
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+_DRIVER_PROC = ("/proc/driver/nvidia",)   # kept from the host's /proc (see eval/sandbox.py)
+
+
+def _mount_proc() -> None:
+    """A fresh /proc for this PID namespace, the host's driver entries bound over its own, and
+    /proc/sys bound over itself, so that both stay read-only when /proc itself is made writable
+    again (see enter)."""
+    kept = {path: os.open(path, _O_PATH) for path in _DRIVER_PROC if os.path.isdir(path)}
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    for path, fd in kept.items():
+        if os.path.isdir(path):
+            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
+        os.close(fd)
+    _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC, None)
+
+
 def enter(spec: SandboxSpec) -> None:
     """Lay out the view described by `spec` in this (new) mount namespace and drop privileges.
 
     After it, exec: the bounding set is empty, so the next program starts with no capability.
     """
+    if spec.mount_proc:
+        _mount_proc()
     hidden = sorted({os.path.realpath(p) for p in spec.hidden if os.path.isdir(p)}, key=len)
     if spec.hide_dev:
         hidden.append("/dev")   # every device file but the ones listed (no raw disks, no ttys)
@@ -115,6 +133,11 @@ def enter(spec: SandboxSpec) -> None:
     # Handles on what must stay reachable, taken before the tmpfs mounts cover it.
     handles = {path: (os.open(path, _O_PATH), os.path.isdir(path), rw) for path, rw in binds}
     _set_readonly("/", True, recursive=True)
+    if spec.mount_proc:
+        # The CUDA driver's library writes to /proc while it starts (cuInit fails with error 304
+        # on a read-only /proc). What a process may write there is its own entries, guarded by
+        # their own permissions; the sysctls and the driver's entries stay read-only mounts.
+        _set_readonly("/proc", False, recursive=False)
     covered: list[str] = []
     for path in hidden:
         if any(_under(path, c) for c in covered):

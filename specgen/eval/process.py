@@ -20,9 +20,9 @@ from typing import Callable
 
 import msgspec
 
-import specgen
 from specgen.eval.protocol import FrameReader, RunnerReady, write_frame
-from specgen.eval.sandbox import SCRATCH, SandboxError, SandboxSpec, launcher, map_ids, minimal_env
+from specgen.eval.sandbox import (SCRATCH, SandboxError, SandboxSpec, launcher, map_ids, minimal_env,
+                                  python_path)
 
 _POLL_S = 0.1
 
@@ -38,9 +38,7 @@ def runner_env(device: str, extra: dict[str, str], sandboxed: bool) -> dict[str,
     setting, scheduler address, socket path or key reaches candidate code.
     """
     env = minimal_env()
-    package_root = str(Path(specgen.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = python_path()
     env["PYTHONUNBUFFERED"] = "1"
     env["MALLOC_ARENA_MAX"] = "2"  # bounded address space per thread (the CPU memory limit is one)
     if sandboxed:

@@ -2,13 +2,17 @@
 
 A runner executes untrusted candidate code, so the worker starts it as
 
-    unshare --user --mount --pid --fork --mount-proc --kill-child --net
+    unshare --user --mount --pid --fork --kill-child --net
         python -m specgen.eval.namespaces SPEC -- python -m specgen.eval.runner ...
 
 and eval/namespaces.py (the "setup" stage, run inside the new namespaces, still holding the
 namespace's capabilities and running no candidate code) lays out the view, then drops every
 capability and execs the runner:
 
+- a fresh `/proc` for the new PID namespace (other processes are not there), with what the
+  host's `/proc/driver/nvidia` shows bound over the fresh one's: a container runtime lays its own
+  files there (a `params` that tells the driver not to create device files, the GPUs the
+  container may see) and the driver's library refuses to start on the unmasked view;
 - the whole file system read-only (one recursive `mount_setattr`);
 - a fresh tmpfs over each hidden path (`/tmp`, `/run`, `/root`, `/home`, HOME, the worker's own
   directories, the cluster's state, key and socket directories): what the cluster keeps there
@@ -72,6 +76,7 @@ class SandboxSpec:
     cwd: str = SCRATCH + "/work"
     drop_to_uid: bool = False                           # become INNER_UID once laid out
     hide_dev: bool = True                               # only `devices` under /dev
+    mount_proc: bool = True                             # a fresh /proc (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def launcher(spec: SandboxSpec, uid: int | None) -> list[str]:
     mapping = [] if uid is not None else ["--map-root-user"]
     spec.drop_to_uid = uid is not None
     return [unshare, "--user", *mapping, "--mount", "--pid", "--fork",
-            "--mount-proc", "--kill-child", "--net", "--propagation", "private",
+            "--kill-child", "--net", "--propagation", "private",
             sys.executable, "-m", "specgen.eval.namespaces", json.dumps(asdict(spec)), "--"]
 
 
@@ -165,7 +170,7 @@ def probe() -> SandboxStatus:
         try:
             child = subprocess.Popen([*command, sys.executable, "-c", check], text=True, cwd="/",
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=minimal_env())
+                                     env={**minimal_env(), "PYTHONPATH": python_path()})
             try:
                 if outer_uid() is not None:
                     map_ids(child.pid, outer_uid())   # type: ignore[arg-type]
@@ -206,7 +211,7 @@ def probe_cuda(visible_device: str) -> SandboxStatus:
         check = ("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize();"
                  "print('sandbox-cuda-ok')")
         env = {**minimal_env(), "CUDA_VISIBLE_DEVICES": visible_device,
-               "PYTHONPATH": str(Path(specgen.__file__).resolve().parent.parent)}
+               "PYTHONPATH": python_path()}
         env.pop("TRITON_INTERPRET", None)
         status = base
         try:
@@ -239,6 +244,13 @@ _PASS_NAMES = {"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "CC", "CXX",
 _PASS_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH_", "TRITON_", "OMP_", "MKL_", "OPENBLAS_",
                   "KMP_", "GOMP_")
 _SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "AUTH")
+
+
+def python_path() -> str:
+    """PYTHONPATH for a runner: the specgen package and whatever the worker's own PYTHONPATH adds
+    (a host whose packages come that way runs its runners the same way)."""
+    package_root = str(Path(specgen.__file__).resolve().parent.parent)
+    return os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def minimal_env(source: dict[str, str] | None = None) -> dict[str, str]:

@@ -192,8 +192,13 @@ class EvalWorker:
         self.close()
 
     def _env(self, device: str) -> dict[str, str]:
-        extra = {"TORCH_EXTENSIONS_DIR": str(self.work_dir / "build" / "torch_extensions"),
-                 "TRITON_CACHE_DIR": str(self.cache_dir / "triton")}
+        extra = {}
+        if not self.sandboxed:
+            # Unsandboxed runs share a Triton cache and a build folder. A sandboxed run keeps
+            # both in its private /tmp (runner_env): a cache one candidate can write is a place
+            # to plant compiled code another candidate would load.
+            extra = {"TORCH_EXTENSIONS_DIR": str(self.work_dir / "build" / "torch_extensions"),
+                     "TRITON_CACHE_DIR": str(self.cache_dir / "triton")}
         arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or self._capability()
         if arch:
             # Build processes see no GPU: they must be told which architecture to compile for.

@@ -111,13 +111,15 @@ def test_an_escaped_grandchild_dies_with_the_run(worker: EvalWorker) -> None:
 
 def test_the_environment_and_hidden_files_do_not_leak(worker: EvalWorker) -> None:
     payload = ("import os, glob\n"
-               "seen = dict(os.environ)\n"
+               # what the test looks for first: the error text is capped, and a host's
+               # allowed variables (NVIDIA_REQUIRE_CUDA...) can be long
+               f"seen = {{'key': os.path.exists('{HIDDEN / 'node.key'}')}}\n"
+               "seen.update(os.environ)\n"
                "for path in glob.glob('/proc/*/environ'):\n"
                "    try:\n"
                "        seen[path] = open(path, 'rb').read().decode('latin-1')\n"
                "    except OSError as exc:\n"
                "        seen[path] = repr(exc)\n"
-               f"seen['key'] = os.path.exists('{HIDDEN / 'node.key'}')\n"
                "seen['pids'] = sorted(os.listdir('/proc'))[:50]\n"
                "raise RuntimeError(repr(seen) * 50)\n")
     verdict = worker.run(submission("softmax", hostile(payload)), "validate")
@@ -126,6 +128,25 @@ def test_the_environment_and_hidden_files_do_not_leak(worker: EvalWorker) -> Non
     assert SECRET not in verdict.error and "SPECGEN_TEST_SECRET" not in verdict.error
     assert "'key': False" in verdict.error                 # the key's folder is not there
     assert len(verdict.error) <= MAX_ERROR_CHARS
+    still_serves(worker)
+
+
+def test_proc_shows_only_the_runs_own_processes(worker: EvalWorker) -> None:
+    # The sandbox mounts its own /proc: the worker, the node and other runs are not in it.
+    payload = ("import os\n"
+               "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+               "try:\n"
+               "    open('/proc/sys/vm/drop_caches', 'w').write('3')\n"
+               "    sysctl = 'written'\n"
+               "except OSError as exc:\n"
+               "    sysctl = exc.strerror\n"
+               "raise RuntimeError(f'pids={pids} sysctl={sysctl}')\n")
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert verdict.error is not None and "pids=[" in verdict.error
+    pids = verdict.error.split("pids=[", 1)[1].split("]", 1)[0]
+    seen = [int(p) for p in pids.split(",")]
+    assert seen[0] == 1 and len(seen) <= 4 and max(seen) < 64      # init, the runner, its own
+    assert "sysctl=Read-only file system" in verdict.error           # /proc/sys stays read-only
     still_serves(worker)
 
 

@@ -1,7 +1,8 @@
 # problem: softmax
-# expect: custom-kernel-not-run
+# expect: try-fallback
 """A CUDA extension with a compile error, built inside try/except with a silent PyTorch fallback
-(seven KernelBench-accepted candidates did this)."""
+(seven KernelBench-accepted candidates did this). The static checks reject it for the fallback
+before anything is built or run."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
