@@ -381,6 +381,7 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     nodes: list[str] = []
     node_health: dict[str, Any] = {}        # node name -> its workers' states, pids, restarts, errors
     jobs_running: int = 0
+    jobs_by_state: dict[str, int] = {}      # "running", or how a finished job ended ("succeeded"...)
     requests_done: int = 0                  # stage requests finished (each key counted once)
     requests_requeued: int = 0              # re-queued after a worker or node was lost
     requests_dropped: int = 0               # dropped: job ended, deadline passed, or cancelled

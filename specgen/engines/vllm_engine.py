@@ -233,3 +233,23 @@ class VLLMEngine(TokenizedEngine):
                 f"{params.max_tokens} ({text}); raise VLLMEngine(max_model_len=...) or shorten the prompt"
             )
         return f"vllm: {kind} {request_id!r} failed: {text}"
+
+
+def command_line_engine(model: str, tokenizer: str | None = None) -> VLLMEngine:
+    """The engine `specgen optimize/bench --llm vllm` start, with defaults that fit the host.
+
+    Without a GPU, vLLM's CPU engine sizes its KV cache as a share of one NUMA node's memory and
+    refuses to start when less than that share is free (common on small hosts); a fixed 2 GiB
+    cache (or `VLLM_CPU_KVCACHE_SPACE`) and eager mode (compiling the model takes minutes on a
+    CPU) start everywhere the tests run."""
+    try:
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+    except ImportError:
+        on_gpu = False
+    if on_gpu:
+        return VLLMEngine(model, tokenizer=tokenizer)
+    return VLLMEngine(model, tokenizer=tokenizer,
+                      kv_cache_gib=None if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else 2.0,
+                      engine_args={"enforce_eager": True})

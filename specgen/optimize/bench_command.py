@@ -80,9 +80,9 @@ async def _live_engine(args: argparse.Namespace):
     if not args.model:
         raise UsageError("bench: --llm needs --model (a model directory for vllm, a name for openai)")
     if args.llm == "vllm":
-        from specgen.engines.vllm_engine import VLLMEngine
+        from specgen.engines.vllm_engine import command_line_engine
 
-        engine = VLLMEngine(args.model, tokenizer=args.tokenizer)
+        engine = command_line_engine(args.model, tokenizer=args.tokenizer)
     else:
         if not args.base_url:
             raise UsageError("bench: --llm openai needs --base-url")
@@ -130,7 +130,6 @@ def bench_main(args: argparse.Namespace) -> int:
 
 
 async def _run_variants(args: argparse.Namespace, variants) -> int:
-    from specgen.optimize.bench import run_bench
     from specgen.optimize.bench_report import plot, summarize, table, write_results
 
     engine = await _live_engine(args)
@@ -151,17 +150,22 @@ async def _run_variants(args: argparse.Namespace, variants) -> int:
             if not args.quiet:
                 print(f"\n== {label}\n{text}")
             r = summary["ratios"].get("end_to_end_s", {})
+            near = summary["ratios"].get("to_near_best_s", {})
             sensitivity.append({"variant": label, "ratio": r.get("geomean"), "low": r.get("low"),
-                                "high": r.get("high"), "ceiling": summary["ceiling"]})
+                                "high": r.get("high"), "near_best": near.get("geomean"),
+                                "feedback": summary["ratios"].get("profiled_vs_sequential"),
+                                "ceiling": summary["ceiling"]})
     finally:
         if engine is not None:
             await engine.close()
     if len(sensitivity) > 1:
-        lines = ["| variant | specgen / best baseline (end-to-end, geo) | 95% CI | ceiling |",
-                 "| --- | --- | --- | --- |"]
+        lines = ["| variant | specgen / best baseline (end-to-end, geo) | 95% CI | to near-best (geo) "
+                 "| profiled vs sequential | ceiling |",
+                 "| --- | --- | --- | --- | --- | --- |"]
         for row in sensitivity:
             fmt = (lambda x: "-" if x is None else f"{x:.3f}")
-            lines.append(f"| {row['variant']} | {fmt(row['ratio'])} | {fmt(row['low'])}-{fmt(row['high'])} | {row['ceiling']:.3f} |")
+            lines.append(f"| {row['variant']} | {fmt(row['ratio'])} | {fmt(row['low'])}-{fmt(row['high'])} "
+                         f"| {fmt(row['near_best'])} | {fmt(row['feedback'])} | {row['ceiling']:.3f} |")
         (out / "sensitivity.md").write_text("\n".join(lines) + "\n")
         (out / "sensitivity.json").write_text(json.dumps(sensitivity, indent=2))
         if not args.quiet:

@@ -190,9 +190,9 @@ def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
                                        timing=TimingModel.from_overrides(args.timing),
                                        speed=args.speed, tokenizer=args.tokenizer)
     if plan.llm == "vllm":
-        from specgen.engines.vllm_engine import VLLMEngine
+        from specgen.engines.vllm_engine import command_line_engine
 
-        return VLLMEngine(args.model, tokenizer=args.tokenizer)
+        return command_line_engine(args.model, tokenizer=args.tokenizer)
     from specgen.engines.openai_http import OpenAICompatEngine
 
     return OpenAICompatEngine(args.base_url, args.model, tokenizer=args.tokenizer)

@@ -124,9 +124,9 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
     if missing:
         raise UsageError(f"options['engine'] for {llm} needs {', '.join(missing)}")
     if llm == "vllm":
-        from specgen.engines.vllm_engine import VLLMEngine
+        from specgen.engines.vllm_engine import command_line_engine
 
-        return VLLMEngine(raw["model"], tokenizer=raw.get("tokenizer"))
+        return command_line_engine(raw["model"], tokenizer=raw.get("tokenizer"))
     from specgen.engines.openai_http import OpenAICompatEngine
 
     return OpenAICompatEngine(raw["base_url"], raw["model"], tokenizer=raw["tokenizer"])

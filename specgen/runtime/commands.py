@@ -64,12 +64,14 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(msgspec.to_builtins(stats), indent=1))
         return 0
+    jobs = "  ".join(f"{state} {n}" for state, n in sorted(stats.jobs_by_state.items())) or "none"
     print(f"scheduler {stats.scheduler_id}  up {stats.uptime_s:.0f} s  pools {stats.pool_mode}  "
-          f"priority {','.join(stats.priority_rule)}  jobs {stats.jobs_running}")
+          f"priority {','.join(stats.priority_rule)}  jobs: {jobs}")
     for name, pool in (("validate", stats.validate), ("profile", stats.profile)):
         print(f"  {name:8s} workers {pool.workers}  queued {pool.queued}  running {pool.running}  "
               f"rate {pool.arrival_rate:.2f}/s  service {pool.service_s:.2f} s  "
-              f"utilization {pool.utilization:.0%}")
+              f"utilization {pool.utilization:.0%}  busy workers "
+              f"{sum(1 for w in stats.workers if w.pool == name and w.busy_stage)}")
     for w in stats.workers:
         state = f"busy ({w.busy_stage}, {w.busy_for_s:.1f} s)" if w.busy_stage else "idle"
         print(f"  {w.name:24s} {w.device:8s} {w.pool:8s} {state}  done {w.completed}"
@@ -82,6 +84,8 @@ def _status(args: argparse.Namespace) -> int:
     print(f"  requests done {stats.requests_done}  requeued {stats.requests_requeued}  "
           f"dropped {stats.requests_dropped}  duplicates {stats.duplicates_ignored}  "
           f"refused results {stats.results_refused}  refused registrations {stats.hellos_refused}")
+    if stats.busy_while_waiting is not None:
+        print(f"  busy while requests waited {stats.busy_while_waiting:.0%}")
     if stats.feedback_latency_p50_s is not None:
         print(f"  feedback latency p50 {stats.feedback_latency_p50_s:.2f} s  p95 {stats.feedback_latency_p95_s:.2f} s")
     if stats.kv_control_endpoint:
@@ -92,7 +96,9 @@ def _status(args: argparse.Namespace) -> int:
         state = (f"shrunk for {view.busy_devices} busy device(s), grows back to {_size(view.restore_bytes)}"
                  if view.restore_bytes is not None else "full size")
         print(f"  kv {view.pool:22s} {kv.host or '?'}/{devices}  {_size(kv.capacity_bytes)}  "
-              f"blocks {kv.used_blocks}/{kv.capacity_blocks}  hit rate {kv.hit_rate:.0%}  {state}  "
+              f"blocks {kv.used_blocks}/{kv.capacity_blocks}  used {_size(kv.used_bytes)}  "
+              f"hits {kv.hits}  misses {kv.misses}  hit rate {kv.hit_rate:.0%}  "
+              f"evictions {kv.evictions}  {state}  "
               f"resizes asked -{view.shrinks_requested}/+{view.grows_requested}  "
               f"paired {','.join(view.paired_workers) or 'none'}")
     return 0

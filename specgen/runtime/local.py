@@ -53,6 +53,7 @@ class LocalCluster:
         state_dir: Path | None = None,
         address: str | None = None,
         kv_control: bool = False,
+        metrics_port: int | None = None,
     ) -> None:
         if devices is None:
             devices = ["cpu"] * (workers if workers is not None else 1)
@@ -71,6 +72,7 @@ class LocalCluster:
         if kv_control and self.settings.kv_control_bind is None:
             self.settings = msgspec.structs.replace(self.settings, kv_control_bind=f"ipc://{self.tmp}/kv-control.sock")
         self.kv_control_endpoint: str | None = None   # the bound address, once started
+        self.metrics_port = metrics_port              # the scheduler's --metrics-port (None: off)
         self.scheduler: ChildProcess | None = None
         self.nodes: list[ChildProcess] = []
         self.client: Client | None = None  # type: ignore[assignment]
@@ -80,7 +82,8 @@ class LocalCluster:
     def start_scheduler(self) -> ChildProcess:
         self.scheduler = ChildProcess(
             "scheduler", "specgen.runtime.scheduler",
-            ["--bind", self.address, "--state-dir", str(self.state_dir), "--remove-if-orphaned", str(self.tmp)],
+            ["--bind", self.address, "--state-dir", str(self.state_dir), "--remove-if-orphaned", str(self.tmp)]
+            + (["--metrics-port", str(self.metrics_port)] if self.metrics_port is not None else []),
             env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / "scheduler.log",
             secrets={"join_secret": self.join_secret.hex()},
         ).start()
@@ -119,6 +122,12 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the scheduler serves its Prometheus metrics (None when off or not yet up)."""
+        path = self.state_dir / "metrics_address"
+        return path.read_text().strip() if self.metrics_port is not None and path.exists() else None
 
     def wait_for_workers(self, count: int, timeout: float | None = None) -> None:
         timeout = self.settings.ready_timeout_s if timeout is None else timeout

@@ -41,6 +41,7 @@ from specgen.runtime.auth import (
     require_keys_for,
 )
 from specgen.runtime.journal import Journal
+from specgen.runtime.metrics import SchedulerMetrics
 from specgen.runtime.process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
@@ -77,6 +78,7 @@ class SchedulerActor:
         self._stopping = False
         self.rejected = 0
         self.send_failures = 0
+        self.metrics: SchedulerMetrics | None = None   # see serve_metrics
         self.init_socket(bind, keys)
         self.init_kv_control()
 
@@ -225,6 +227,13 @@ class SchedulerActor:
             child.stopping = True
             threading.Thread(target=child.stop, args=(self.settings.shutdown_grace_s,), daemon=True).start()
 
+    def serve_metrics(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Serve Prometheus metrics on addr:port (0: a free port) from now on; returns the port."""
+        self.metrics = SchedulerMetrics()
+        self.core.feedback_observer = self.metrics.observe_feedback
+        self.metrics.update(self.core.stats(time.monotonic()), time.monotonic())
+        return self.metrics.serve(port, addr)
+
     # -- main loop ------------------------------------------------------------------------
     def request_stop(self, *_: object) -> None:
         self.post(_STOP)
@@ -276,6 +285,8 @@ class SchedulerActor:
                 if self.kv_sock is not None:
                     self._receive_kv(now)
                 core.tick(now)
+                if self.metrics is not None and self.metrics.due(now):
+                    self.metrics.update(core.stats(now), now)
                 next_tick = now + _TICK_S
             if core.outbox:
                 # Replies to what was just handled (a result's answer to its client) go out
@@ -336,6 +347,8 @@ class SchedulerActor:
             t.start()
         for t in threads:
             t.join()
+        if self.metrics is not None:
+            self.metrics.close()
         self.journal.close()
         self.sock.close(linger=200)
         if self.kv_sock is not None:
@@ -362,6 +375,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "file to every specgen-node")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a runtime setting (see specgen/runtime/settings.py)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on http://METRICS_BIND:PORT/metrics (0: a free "
+                             "port, written to STATE_DIR/metrics_address); off by default")
+    parser.add_argument("--metrics-bind", default="127.0.0.1",
+                        help="address the metrics server listens on (default 127.0.0.1)")
     # A LocalCluster's private directory, removed by this process if its parent dies (local.py).
     parser.add_argument("--remove-if-orphaned", type=Path, default=None, help=argparse.SUPPRESS)
 
@@ -381,6 +399,15 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, actor.request_stop)
     signal.signal(signal.SIGINT, actor.request_stop)
     print(f"specgen scheduler listening on {actor.address}", flush=True)
+    if args.metrics_port is not None:
+        try:
+            port = actor.serve_metrics(args.metrics_port, args.metrics_bind)
+        except OSError as exc:
+            actor.close()
+            raise UsageError(f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc}") from None
+        url = f"http://{args.metrics_bind}:{port}/metrics"
+        (args.state_dir / "metrics_address").write_text(url + "\n")
+        print(f"metrics on {url}", flush=True)
     log.info("workers and nodes join with the cluster secret %s", source)
     try:
         actor.run()

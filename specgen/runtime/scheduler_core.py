@@ -164,6 +164,8 @@ class SchedulerCore:
         self.seq = itertools.count(1)
         self.request_ids = itertools.count(1)
         self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
+        # Called with each feedback latency as it is recorded (the metrics' histogram).
+        self.feedback_observer: Callable[[float], None] | None = None
         self.counters = collections.Counter()
 
     def init_pools(self, now: float) -> None:
@@ -665,7 +667,10 @@ class SchedulerCore:
         self._record_update(job, upd)
         sub = req.submission
         if upd.stage in ("profile", "full") and sub.extracted_at > 0 and not upd.cancelled:
-            self.feedback_latencies.append(max(0.0, upd.finished_at - sub.extracted_at))
+            latency = max(0.0, upd.finished_at - sub.extracted_at)
+            self.feedback_latencies.append(latency)
+            if self.feedback_observer is not None:
+                self.feedback_observer(latency)
         if upd.stage == "validate" and not upd.cancelled:
             if self._next_stage(job, sub) == "profile":
                 self._enqueue_job_request(job, sub, "profile", now=now)
@@ -1039,6 +1044,9 @@ class SchedulerCore:
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),
             node_health={p.name: p.health for p in self.peers.values() if p.role == "node" and p.health},
             jobs_running=sum(1 for j in self.jobs.values() if j.state == "running"),
+            jobs_by_state=dict(collections.Counter(
+                j.result.status if j.state == "finished" and j.result else j.state
+                for j in self.jobs.values())),
             requests_done=self.counters["requests_done"],
             requests_requeued=self.counters["requests_requeued"],
             requests_dropped=self.counters["requests_dropped"],
