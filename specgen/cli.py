@@ -16,7 +16,7 @@ COMMAND_MODULES = [
     "specgen.eval.commands",
     "specgen.runtime.commands",
     "specgen.optimize.commands",
-    "specgen.engines.commands",
+    "specgen.optimize.trace_command",
     "specgen.optimize.bench_command",
 ]
 

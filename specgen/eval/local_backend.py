@@ -1,6 +1,6 @@
 """`LocalEvaluationBackend`: the optimize loop's evaluation backend inside one process.
 
-Implements `specgen.optimize.backend.EvaluationBackend` over a list of `EvalWorker`s with asyncio
+Implements `specgen.backend.EvaluationBackend` over a list of `EvalWorker`s with asyncio
 and threads: each submission is validated, then (when it validated and asks for it) profiled,
 each stage on whichever worker is free, profiling first so that feedback latency stays low. Every
 stage finished becomes a `CandidateUpdate`, delivered in completion order. Extensions of queued
@@ -20,7 +20,7 @@ from typing import AsyncIterator
 
 from specgen.eval.worker import EvalWorker
 from specgen.messages import CandidateSubmission, CandidateUpdate, Verdict
-from specgen.optimize.backend import BackendLoad
+from specgen.backend import BackendLoad
 
 
 @dataclass

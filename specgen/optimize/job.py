@@ -26,7 +26,7 @@ from specgen.messages import JobEvent, JobResult, JobSpec, OptimizeEvent, Optimi
 
 if TYPE_CHECKING:
     from specgen.engines.base import Engine
-    from specgen.optimize.backend import EvaluationBackend
+    from specgen.backend import EvaluationBackend
 
 ENGINE_OPTION = "engine"
 

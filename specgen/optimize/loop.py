@@ -36,7 +36,7 @@ from specgen.messages import (
     ReasoningRecord,
 )
 from specgen.optimize import prompts
-from specgen.optimize.backend import BackendLoad, EvaluationBackend
+from specgen.backend import BackendLoad, EvaluationBackend
 from specgen.optimize.dedup import Deduplicator
 from specgen.optimize.extraction import extract_candidate, extract_fork_candidate
 from specgen.optimize.fork_prompt import FORK_STOP, ForkPromptBuilder

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specgen.messages import TriggerSettings
-from specgen.optimize.backend import BackendLoad
+from specgen.backend import BackendLoad
 from specgen.optimize.extraction import CodeBlockScanner
 
 

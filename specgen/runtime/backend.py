@@ -1,4 +1,4 @@
-"""`EvaluationBackend` (specgen/optimize/backend.py) over a scheduler client, for asyncio code.
+"""`EvaluationBackend` (specgen/backend.py) over a scheduler client, for asyncio code.
 
     backend = SchedulerEvaluationBackend(client)
     await backend.submit(candidate)            # returns once the scheduler journaled it
@@ -20,7 +20,7 @@ import time
 from typing import AsyncIterator
 
 from specgen.messages import CancelJob, CandidateSubmission, CandidateUpdate, GetStats, SubmitCandidate
-from specgen.optimize.backend import BackendLoad
+from specgen.backend import BackendLoad
 from specgen.runtime.client import Client
 from specgen.runtime.transport import CallTimeout, RemoteError, RuntimeFailure
 

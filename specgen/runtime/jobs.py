@@ -13,7 +13,7 @@ from typing import Callable
 
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, CandidateUpdate, JobEvent, JobResult, JobSpec
-from specgen.optimize.backend import EvaluationBackend
+from specgen.backend import EvaluationBackend
 
 
 def _candidates(spec: JobSpec) -> list[tuple[str, str]]:

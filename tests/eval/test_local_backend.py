@@ -10,7 +10,7 @@ import pytest
 from specgen.eval import EvalOptions, EvalWorker
 from specgen.eval.local_backend import LocalEvaluationBackend
 from specgen.messages import CandidateUpdate
-from specgen.optimize.backend import EvaluationBackend
+from specgen.backend import EvaluationBackend
 from tests.eval.conftest import BUNDLED, submission
 
 GOOD = (BUNDLED / "candidates" / "softmax_torch.py").read_text()

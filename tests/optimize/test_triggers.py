@@ -5,7 +5,7 @@ import re
 import pytest
 
 from specgen.messages import TriggerSettings
-from specgen.optimize.backend import BackendLoad
+from specgen.backend import BackendLoad
 from specgen.optimize.triggers import (
     DecisionCue,
     EveryNTokens,

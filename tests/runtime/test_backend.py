@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from specgen.messages import CandidateSubmission
-from specgen.optimize.backend import BackendLoad, EvaluationBackend
+from specgen.backend import BackendLoad, EvaluationBackend
 from specgen.runtime.local import LocalCluster
 from specgen.runtime.replay import ReplaySample, directive
 from specgen.runtime.settings import RuntimeSettings

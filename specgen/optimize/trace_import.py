@@ -1,7 +1,7 @@
 """Import of real reasoning: logs of a reasoning model become replayable specgen traces.
 
     specgen trace import FILE... --out DIR [--tokens-per-s R] [--tokenizer DIR] [--prompt FILE]
-    specgen.engines.trace_import.import_traces(paths, out_dir, ...) -> [trace paths]
+    specgen.optimize.trace_import.import_traces(paths, out_dir, ...) -> [trace paths]
 
 One trace file (`<problem>.trace.json`) is written per problem, with one iteration per turn. The
 inputs are what users already have; nothing is annotated by hand, and imported traces hold no

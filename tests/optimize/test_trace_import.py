@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from tests.engines.conftest import loop, tiny_model_path, tiny_tokenizer  # noqa: F401  (fixtures)
 from specgen.cli import main as cli_main
 from specgen.engines.base import GenerationParams
 from specgen.engines.replay import ReplayEngine
 from specgen.engines.trace import Trace, TraceFormatError
-from specgen.engines.trace_import import TraceImportError, embedded_sources, import_traces
+from specgen.optimize.trace_import import TraceImportError, embedded_sources, import_traces
 from specgen.errors import UsageError
 from specgen.optimize.bundled import bundled_problems
 

@@ -4,7 +4,7 @@
     specgen trace import stream.jsonl --out traces/                     # arrival times kept
     specgen trace import answer.txt --prompt prompt.md --out traces/ --tokens-per-s 40
 
-The formats and rules are in `specgen.engines.trace_import`'s docstring.
+The formats and rules are in `specgen.optimize.trace_import`'s docstring.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from specgen.engines.trace_import import import_traces_detailed
+    from specgen.optimize.trace_import import import_traces_detailed
 
     imported = import_traces_detailed(
         args.files, args.out, tokens_per_s=args.tokens_per_s, tokenizer=args.tokenizer,

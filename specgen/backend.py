@@ -1,4 +1,7 @@
-"""What the optimize loop needs from whoever evaluates its candidates.
+"""The evaluation interface: what the optimize loop needs from whoever evaluates its candidates.
+
+It sits at the bottom with the messages, so that the implementations below the loop (`eval`'s
+in-process one, `runtime`'s over the scheduler) import it without importing the loop.
 
 The loop never talks to sockets or subprocesses itself: it submits `CandidateSubmission`s and reads
 `CandidateUpdate`s. The runtime's scheduler client implements this over ZeroMQ (one machine or

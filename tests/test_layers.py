@@ -1,0 +1,67 @@
+"""Dependencies point one way: every import inside `specgen` (function-level ones included) goes to
+its own package or to a lower layer, so no two top-level packages import each other."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import specgen
+
+ROOT = Path(specgen.__file__).resolve().parent
+
+# Lowest first. Packages of one layer do not import each other.
+LAYERS = [
+    {"errors"},
+    {"messages"},
+    {"backend"},                           # the evaluation interface
+    {"eval", "kv", "engines"},
+    {"runtime"},
+    {"optimize"},
+    {"cli"},
+]
+RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def sources() -> list[Path]:
+    """The package's code (not data/: problems and candidates, which only torch and triton import)."""
+    return sorted(p for p in ROOT.rglob("*.py") if not p.is_relative_to(ROOT / "data"))
+
+
+def top_level(module: Path) -> str:
+    parts = module.relative_to(ROOT).with_suffix("").parts
+    return parts[0]
+
+
+def imported_packages(path: Path) -> set[tuple[str, int]]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module == "specgen":
+                names = [f"specgen.{alias.name}" for alias in node.names]
+        for name in names:
+            if name.startswith("specgen."):
+                found.add((name.split(".")[1], node.lineno))
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {top_level(p) for p in sources() if p != ROOT / "__init__.py"}
+    assert packages - set(RANK) == set(), "give new top-level modules a layer in LAYERS"
+
+
+def test_imports_point_down() -> None:
+    wrong = []
+    for path in sources():
+        if path.parent == ROOT and path.name == "__init__.py":
+            continue      # the package's lazy `specgen.Client` reaches the top on purpose
+        own = top_level(path)
+        for target, line in sorted(imported_packages(path)):
+            if target == own or target not in RANK:
+                continue
+            if RANK[target] >= RANK[own]:
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports specgen.{target}")
+    assert wrong == []
