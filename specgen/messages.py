@@ -392,6 +392,7 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     feedback_latency_p50_s: float | None = None   # candidate extracted -> profiling verdict
     feedback_latency_p95_s: float | None = None
     busy_while_waiting: float | None = None # busy worker share, over time when requests waited
+    waiting_s: float = 0.0                  # that time: seconds with a request queued
     kv_control_endpoint: str = ""           # where KV pools connect their control channel ("" = off)
     kv_pools: list[KvPoolView] = []         # remote KV pools reporting to the scheduler
 

@@ -74,6 +74,13 @@ class VLLMEngine(TokenizedEngine):
             raise EngineError("vllm: engine not started; call `await engine.start()` first")
         return self._llm
 
+    def configure(self, **engine_args: Any) -> None:
+        """Further `AsyncEngineArgs` fields (e.g. `kv_transfer_config`), before `start()`: settings
+        known only once the rest of the job is up, such as the KV pool's control endpoint."""
+        if self._llm is not None:
+            raise EngineError("vllm: configure() after the engine started has no effect")
+        self._extra_engine_args.update(engine_args)
+
     async def start(self) -> None:
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()

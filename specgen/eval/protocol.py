@@ -20,6 +20,11 @@ _HEADER = struct.Struct("<I")
 MAX_FRAME = 256 * 1024 * 1024
 
 
+class FrameError(ValueError):
+    """A frame from the other end of the pipe that cannot be accepted: too large, or not the
+    struct expected (the message names which and what is wrong)."""
+
+
 class RunnerReady(msgspec.Struct, kw_only=True):
     """First frame of every runner: imports done, device context live."""
 
@@ -119,16 +124,21 @@ class FrameReader:
 
     def read(self, kind: type[msgspec.Struct], deadline: float | None = None
              ) -> msgspec.Struct | None:
-        """One frame of `kind`, or None on timeout/EOF (check `eof`)."""
+        """One frame of `kind`, or None on timeout/EOF (check `eof`); FrameError for a bad one."""
         while True:
             if len(self._buffer) >= _HEADER.size:
                 (size,) = _HEADER.unpack_from(self._buffer)
                 if size > MAX_FRAME:
-                    raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+                    raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}")
                 if len(self._buffer) >= _HEADER.size + size:
                     data = bytes(self._buffer[_HEADER.size:_HEADER.size + size])
                     del self._buffer[:_HEADER.size + size]
-                    return msgspec.msgpack.decode(data, type=kind)
+                    try:
+                        return msgspec.msgpack.decode(data, type=kind)
+                    except msgspec.DecodeError as exc:   # ValidationError is one too
+                        raise FrameError(f"bad {kind.__name__} frame: {exc}") from None
+                    except RecursionError:
+                        raise FrameError(f"bad {kind.__name__} frame: nested too deeply") from None
             if self.eof:
                 return None
             if deadline is not None and time.monotonic() >= deadline:

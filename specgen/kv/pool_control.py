@@ -157,9 +157,9 @@ class PoolController:
                 continue
             try:
                 stats = _stats_decoder.decode(frames[2])
-            except msgspec.DecodeError:
+                pool = frames[0].decode()   # an identity that is not text names no pool we resize
+            except (msgspec.DecodeError, UnicodeDecodeError):
                 continue
-            pool = frames[0].decode()
             self.latest[pool] = stats
             got.append((pool, stats))
 

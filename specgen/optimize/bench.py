@@ -92,6 +92,10 @@ class BatchRecord:
     started_at: float
     finished_at: float
     workers: int
+    # The scheduler's own measure: busy worker share over the time a request sat in a queue,
+    # and that time (SchedulerStats.busy_while_waiting, waiting_s).
+    busy_while_queued: float | None = None
+    queued_s: float = 0.0
 
 
 @dataclass
@@ -169,7 +173,10 @@ async def run_bench(config: BenchConfig,
                 # One backend per job: each reads only its own job's updates.
                 jobs = await asyncio.gather(*(_one_job(config, p, mode, cluster.backend(), index)
                                               for p in batch))
-                run.batches.append(BatchRecord(index, mode, began, time.time(), len(config.devices)))
+                finished = time.time()
+                stats = await asyncio.to_thread(cluster.client.stats)
+                run.batches.append(BatchRecord(index, mode, began, finished, len(config.devices),
+                                               stats.busy_while_waiting, stats.waiting_s))
             for job in jobs:
                 run.jobs.append(job)
                 if on_job_done is not None:

@@ -75,8 +75,11 @@ def utilization(run: BenchRun) -> dict[str, dict[str, float | None]]:
     in which evaluation work existed."""
     out: dict[str, dict[str, float | None]] = {}
     for mode in run.config["modes"]:
-        busy = avail = busy_w = avail_w = 0.0
+        busy = avail = busy_w = avail_w = busy_q = queued = 0.0
         for batch in [b for b in run.batches if b.mode == mode]:
+            if batch.busy_while_queued is not None:
+                busy_q += batch.busy_while_queued * batch.queued_s
+                queued += batch.queued_s
             jobs = [j for j in run.jobs if j.mode == mode and j.batch == batch.batch]
             per_worker: dict[str, list[tuple[float, float]]] = {}
             for job in jobs:
@@ -95,7 +98,10 @@ def utilization(run: BenchRun) -> dict[str, dict[str, float | None]]:
                               for v in per_worker.values())
                 avail_w += batch.workers * (hi - lo)
         out[mode] = {"of_run": busy / avail if avail else None,
-                     "while_work_waits": busy_w / avail_w if avail_w else None}
+                     "while_work_waits": busy_w / avail_w if avail_w else None,
+                     # the scheduler's measure: only the time a request sat in a queue
+                     "while_queued": busy_q / queued if queued else None,
+                     "queued_s": queued}
     return out
 
 
@@ -166,15 +172,16 @@ def table(summary: dict[str, Any]) -> str:
     lines = [f"hardware: {summary['hardware']}; fork model: {summary['config']['fork_model']}; "
              f"speed x{summary['config']['speed']:g}; concurrency {summary['config']['concurrency']}",
              f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time", "",
-             "| mode | end-to-end s (geo) | to near-best s (geo) | profiled | best speedup (geo) | tokens | feedback p50 s | util. of run | util. while work waits |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| mode | end-to-end s (geo) | to near-best s (geo) | profiled | best speedup (geo) | tokens | feedback p50 s | util. of run | util. while work waits | util. while queued (s queued) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for mode, m in summary["per_mode"].items():
         u = summary["utilization"].get(mode, {})
         lines.append(f"| {mode} | {fmt(m['end_to_end_s']['geomean'], '.1f')} | "
                      f"{fmt(m['to_near_best_s']['geomean'], '.1f')} | {m['profiled_total']} | "
                      f"{fmt(m['best_speedup']['geomean'], '.3f')} | {m['tokens_total']} | "
                      f"{fmt(m['feedback_p50_s_median'])} | {fmt(u.get('of_run'), '.0%')} | "
-                     f"{fmt(u.get('while_work_waits'), '.0%')} |")
+                     f"{fmt(u.get('while_work_waits'), '.0%')} | "
+                     f"{fmt(u.get('while_queued'), '.0%')} ({u.get('queued_s', 0.0):.0f}) |")
     r = summary["ratios"]
     if r:
         lines.append("")

@@ -92,6 +92,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             metavar="NAME=VALUE",
                             help="a runtime setting for the local scheduler and node (e.g. "
                                  "peer_timeout_s=30 on a heavily loaded machine); repeatable")
+    evaluation.add_argument("--kv-pool", choices=("auto", "off", "host", "gpus"), default="auto",
+                            help="with --llm vllm: keep the reasoning's KV blocks in a remote pool "
+                                 "forks load instead of recomputing: in spare memory of a profiling "
+                                 "GPU (gpus), in host memory (host); auto: gpus where a GPU besides "
+                                 "the inference GPU evaluates, else host")
+    evaluation.add_argument("--kv-pool-gib", type=float, default=4.0, metavar="GIB",
+                            help="the KV pool's size (default 4)")
     evaluation.add_argument("--trials", type=int, default=None,
                             help="correctness trials per candidate (evaluation default 5)")
     evaluation.add_argument("--timing-trials", type=int, default=None,
@@ -173,6 +180,18 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return plan
 
 
+def _kv_plan(plan: _Plan, args: argparse.Namespace, devices: list[str]):
+    """Where the KV pool goes: only a vLLM engine in this process can use one."""
+    from specgen.kv.engine_config import KvPoolPlan, plan_kv_pool
+
+    if plan.llm != "vllm":
+        if args.kv_pool in ("host", "gpus"):
+            raise UsageError(f"--kv-pool {args.kv_pool} needs --llm vllm (the pool plugs into "
+                             f"vLLM's KV offloading); this run's engine is {plan.llm}")
+        return KvPoolPlan("", 0, f"no vLLM engine in this process ({plan.llm})")
+    return plan_kv_pool(args.kv_pool, devices, pool_gib=args.kv_pool_gib)
+
+
 def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
     if plan.llm == "replay":
         from specgen.optimize.trace_replay import IterationReplayEngine
@@ -224,7 +243,7 @@ def _devices(args: argparse.Namespace) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict[str, Any],
-                        runtime_settings: list[str] = ()) -> AsyncIterator[Any]:
+                        runtime_settings: list[str] = (), kv_control: bool = False) -> AsyncIterator[Any]:
     """A scheduler and a node over `devices` on this machine, up for the duration of the block;
     `cluster.backend()` gives each job a backend of its own (several jobs share the cluster)."""
     from specgen.runtime.local import LocalCluster
@@ -233,7 +252,7 @@ async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict
     settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
                                eval_options=dict(eval_options))
     settings = settings.with_overrides(list(runtime_settings))
-    cluster = LocalCluster(devices=devices, settings=settings)
+    cluster = LocalCluster(devices=devices, settings=settings, kv_control=kv_control)
     await asyncio.to_thread(cluster.start)
     try:
         yield cluster
@@ -243,16 +262,24 @@ async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict
 
 @contextlib.asynccontextmanager
 async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
-                             eval_options: dict[str, Any],
-                             runtime_settings: list[str] = ()) -> AsyncIterator[Any]:
+                             eval_options: dict[str, Any], runtime_settings: list[str] = (),
+                             on_kv_control: Callable[[str | None], None] | None = None,
+                             ) -> AsyncIterator[Any]:
     """An EvaluationBackend over `devices`, up for the duration of the block.
 
-    `runtime_settings` are `NAME=VALUE` overrides of the local runtime's settings."""
+    `runtime_settings` are `NAME=VALUE` overrides of the local runtime's settings. With
+    `on_kv_control`, the scheduler opens its KV pools' control channel and the callback gets its
+    endpoint before the block runs (None for in-process evaluation: no scheduler)."""
     if kind == "runtime":
         async with local_cluster(devices, elastic=elastic, eval_options=eval_options,
-                                 runtime_settings=runtime_settings) as cluster:
+                                 runtime_settings=runtime_settings,
+                                 kv_control=on_kv_control is not None) as cluster:
+            if on_kv_control is not None:
+                on_kv_control(cluster.kv_control_endpoint)
             yield cluster.backend()
         return
+    if on_kv_control is not None:
+        on_kv_control(None)
     from specgen.eval.local_backend import LocalEvaluationBackend
     from specgen.eval.options import EvalOptions
     from specgen.eval.worker import EvalWorker
@@ -315,6 +342,10 @@ def run_optimize(args: argparse.Namespace) -> int:
     # Everything the command line can get wrong is checked before anything is said or started.
     plan = _plan(args)
     devices = _devices(args)
+    if plan.llm == "vllm" and not args.devices and len(devices) > 1 and devices[0] == "cuda:0":
+        # vLLM runs on cuda:0: it evaluates only when asked for (--devices), so that profiling
+        # timings never share a GPU with the reasoning
+        devices = devices[1:]
     eval_options: dict[str, Any] = {}
     for flag, least in (("trials", 1), ("timing_trials", 2)):
         value = getattr(args, flag)
@@ -328,6 +359,7 @@ def run_optimize(args: argparse.Namespace) -> int:
         RuntimeSettings().with_overrides(args.runtime_settings)
     if args.out:
         check_out_dir(Path(args.out), args.force)   # before an engine loads a model
+    kv_plan = _kv_plan(plan, args, devices)
     engine = _make_engine(plan, args)
     spec = _spec(plan, args, engine)
     check_spec(spec)
@@ -352,9 +384,16 @@ def run_optimize(args: argparse.Namespace) -> int:
 
     async def main() -> OptimizeResult:
         elastic = Mechanisms.of(spec).elastic_pools
+        def attach_kv_pool(endpoint: str | None) -> None:
+            from specgen.optimize import kv_pool
+
+            say(kv_pool.attach(engine, kv_plan, endpoint))
+
         async with evaluation_backend(args.evaluation, devices, elastic=elastic,
                                       eval_options=eval_options,
-                                      runtime_settings=args.runtime_settings) as backend:
+                                      runtime_settings=args.runtime_settings,
+                                      on_kv_control=attach_kv_pool if kv_plan.on else None,
+                                      ) as backend:
             try:
                 return await run_job(spec, engine, backend, emit)
             finally:

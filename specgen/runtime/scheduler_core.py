@@ -1056,5 +1056,6 @@ class SchedulerCore:
             reassignments=self.counters["reassignments"],
             feedback_latency_p50_s=pick(0.5), feedback_latency_p95_s=pick(0.95),
             busy_while_waiting=self.usage.busy_share_while_waiting(),
+            waiting_s=self.usage.waiting_time,
             kv_control_endpoint=self.kv_endpoint, kv_pools=self.kv.views(now),
         )

@@ -35,6 +35,9 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     for mode in ("specgen", "sequential"):
         u = data["utilization"][mode]["of_run"]
         assert u is not None and 0 < u <= 1
+        queued = data["utilization"][mode]["while_queued"]     # the scheduler's own measure
+        assert queued is None or 0 <= queued <= 1
+    assert all("busy_while_queued" in b for b in data["batches"])
     ratio = data["ratios"]["end_to_end_s"]
     assert ratio["n"] == 2 and math.isfinite(ratio["geomean"])
     assert 0 < data["ceiling"] <= 1

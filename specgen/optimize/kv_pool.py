@@ -1,0 +1,45 @@
+"""The main job's remote KV pool: vLLM's offloading connector with specgen's spec, configured on
+the job's vLLM engine once the cluster is up (the pool registers on the scheduler's KV control
+channel, so the scheduler shrinks it when a profiling run on its GPU needs the memory).
+
+Where the pool lives is `kv/engine_config.py`'s decision (`--kv-pool`); this module only attaches
+it, after checking that the installed vLLM is one the spec can drive.
+"""
+from __future__ import annotations
+
+import uuid
+
+from specgen.kv.engine_config import KvPoolPlan
+
+
+def supported(version: str | None = None) -> tuple[bool, str]:
+    """Whether the installed vLLM is one the spec implements, and the version."""
+    try:
+        import vllm
+    except ImportError:
+        return False, "not installed"
+    from specgen.kv.vllm_offload import SUPPORTED_VLLM_VERSIONS
+
+    version = version or str(vllm.__version__).split("+")[0]
+    return version in SUPPORTED_VLLM_VERSIONS, version
+
+
+def attach(engine: object, plan: KvPoolPlan, control_endpoint: str | None) -> str:
+    """Configure `engine` (a VLLMEngine not yet started) to keep KV blocks in the pool `plan`
+    describes; returns a line for the run's notice (which says so when the pool is not used)."""
+    if not plan.on:
+        return f"KV pool: off ({plan.reason})."
+    ok, version = supported()
+    if not ok:
+        from specgen.kv.vllm_offload import SUPPORTED_VLLM_VERSIONS
+
+        return (f"KV pool: not used: vLLM {version} is not a release specgen's offloading spec "
+                f"drives (supported: {', '.join(SUPPORTED_VLLM_VERSIONS)}); running without it.")
+    from vllm.config import KVTransferConfig
+
+    engine_id = f"specgen-{uuid.uuid4().hex[:8]}"
+    engine.configure(kv_transfer_config=KVTransferConfig(   # type: ignore[attr-defined]
+        kv_connector="OffloadingConnector", kv_role="kv_both", engine_id=engine_id,
+        kv_connector_extra_config=plan.extra_config(control_endpoint)))
+    where = "registered with the scheduler" if control_endpoint else "not registered (in-process evaluation)"
+    return (f"KV pool: {plan.pool_bytes / (1 << 30):g} GiB in {plan.reason} ({engine_id}, {where}).")
