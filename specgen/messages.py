@@ -274,6 +274,7 @@ class OptimizeResult(msgspec.Struct, kw_only=True):
     candidates: list[CandidateRecord] = []
     metrics: JobMetrics = msgspec.field(default_factory=JobMetrics)
     error: str | None = None
+    kv_pool: KvPoolStats | None = None      # the job's remote KV pool at its end (None: no pool)
 
 
 # --------------------------------------------------------------------------- actor runtime

@@ -384,10 +384,14 @@ def run_optimize(args: argparse.Namespace) -> int:
 
     async def main() -> OptimizeResult:
         elastic = Mechanisms.of(spec).elastic_pools
+        pool_id = ""
+
         def attach_kv_pool(endpoint: str | None) -> None:
+            nonlocal pool_id
             from specgen.optimize import kv_pool
 
-            say(kv_pool.attach(engine, kv_plan, endpoint))
+            notice, pool_id = kv_pool.attach(engine, kv_plan, endpoint)
+            say(notice)
 
         async with evaluation_backend(args.evaluation, devices, elastic=elastic,
                                       eval_options=eval_options,
@@ -395,7 +399,12 @@ def run_optimize(args: argparse.Namespace) -> int:
                                       on_kv_control=attach_kv_pool if kv_plan.on else None,
                                       ) as backend:
             try:
-                return await run_job(spec, engine, backend, emit)
+                result = await run_job(spec, engine, backend, emit)
+                if pool_id:
+                    from specgen.optimize.kv_pool import final_stats
+
+                    result.kv_pool = await asyncio.to_thread(final_stats, backend, pool_id)
+                return result
             finally:
                 await engine.close()
 
@@ -422,6 +431,11 @@ def _summary(result: OptimizeResult, written: dict[str, Path],
         f"{metrics.forks} forks, {metrics.candidates} candidates (+{metrics.duplicates} "
         f"duplicate{'' if metrics.duplicates == 1 else 's'} not evaluated), "
         f"{metrics.validated} validated, {metrics.profiled} profiled")
+    if result.kv_pool is not None:
+        kv = result.kv_pool
+        say(f"  KV pool: {kv.stores} blocks stored, {kv.loads} loaded back, hit rate "
+            f"{kv.hit_rate:.0%} ({kv.hits} hits, {kv.misses} misses), {kv.evictions} evicted, "
+            f"{kv.used_bytes / (1 << 20):.0f} of {kv.capacity_bytes / (1 << 20):.0f} MiB used")
     if result.error:
         say(f"  error: {result.error}")
     for name, path in written.items():

@@ -24,17 +24,18 @@ def supported(version: str | None = None) -> tuple[bool, str]:
     return version in SUPPORTED_VLLM_VERSIONS, version
 
 
-def attach(engine: object, plan: KvPoolPlan, control_endpoint: str | None) -> str:
+def attach(engine: object, plan: KvPoolPlan, control_endpoint: str | None) -> tuple[str, str]:
     """Configure `engine` (a VLLMEngine not yet started) to keep KV blocks in the pool `plan`
-    describes; returns a line for the run's notice (which says so when the pool is not used)."""
+    describes. Returns a line for the run's notice (which says so when the pool is not used) and
+    the pool's identity on the scheduler's KV control channel ("" when there is no pool)."""
     if not plan.on:
-        return f"KV pool: off ({plan.reason})."
+        return f"KV pool: off ({plan.reason}).", ""
     ok, version = supported()
     if not ok:
         from specgen.kv.vllm_offload import SUPPORTED_VLLM_VERSIONS
 
         return (f"KV pool: not used: vLLM {version} is not a release specgen's offloading spec "
-                f"drives (supported: {', '.join(SUPPORTED_VLLM_VERSIONS)}); running without it.")
+                f"drives (supported: {', '.join(SUPPORTED_VLLM_VERSIONS)}); running without it.", "")
     from vllm.config import KVTransferConfig
 
     engine_id = f"specgen-{uuid.uuid4().hex[:8]}"
@@ -42,4 +43,16 @@ def attach(engine: object, plan: KvPoolPlan, control_endpoint: str | None) -> st
         kv_connector="OffloadingConnector", kv_role="kv_both", engine_id=engine_id,
         kv_connector_extra_config=plan.extra_config(control_endpoint)))
     where = "registered with the scheduler" if control_endpoint else "not registered (in-process evaluation)"
-    return (f"KV pool: {plan.pool_bytes / (1 << 30):g} GiB in {plan.reason} ({engine_id}, {where}).")
+    return (f"KV pool: {plan.pool_bytes / (1 << 30):g} GiB in {plan.reason} ({engine_id}, {where}).",
+            engine_id if control_endpoint else "")
+
+
+def final_stats(backend: object, pool_id: str):
+    """The pool's latest KvPoolStats as the scheduler holds them (None if it never reported)."""
+    client = getattr(backend, "client", None)
+    if not pool_id or client is None:
+        return None
+    for view in client.stats().kv_pools:
+        if view.pool == pool_id:
+            return view.stats
+    return None
