@@ -382,7 +382,8 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     nodes: list[str] = []
     node_health: dict[str, Any] = {}        # node name -> its workers' states, pids, restarts, errors
     jobs_running: int = 0
-    jobs_by_state: dict[str, int] = {}      # "running", or how a finished job ended ("succeeded"...)
+    jobs_by_state: dict[str, int] = {}      # "running", and jobs finished since the scheduler started
+                                            # by how they ended ("succeeded", "failed", ...)
     requests_done: int = 0                  # stage requests finished (each key counted once)
     requests_requeued: int = 0              # re-queued after a worker or node was lost
     requests_dropped: int = 0               # dropped: job ended, deadline passed, or cancelled

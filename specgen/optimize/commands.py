@@ -103,6 +103,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="correctness trials per candidate (evaluation default 5)")
     evaluation.add_argument("--timing-trials", type=int, default=None,
                             help="timed calls per model (evaluation default 50)")
+    remote = parser.add_argument_group("cluster")
+    remote.add_argument("--scheduler", default=None, metavar="ADDR",
+                        help="submit the job to a running `specgen serve` (e.g. tcp://host:5555) and "
+                             "follow it, instead of starting a local cluster")
+    remote.add_argument("--keys", type=Path, default=None, metavar="DIR",
+                        help="CURVE client keys for --scheduler off loopback (see `specgen keys`)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output directory (default: specgen-runs/PROBLEM-MODE-TIME); it must "
                              "be empty or new, unless --force")
@@ -359,8 +365,16 @@ def run_optimize(args: argparse.Namespace) -> int:
         RuntimeSettings().with_overrides(args.runtime_settings)
     if args.out:
         check_out_dir(Path(args.out), args.force)   # before an engine loads a model
+    if args.scheduler:
+        for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
+                            ("--set", args.runtime_settings), ("--kv-pool", args.kv_pool != "auto")):
+            if given:
+                raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
+                                 f"nodes decide where evaluations and the KV pool run")
     kv_plan = _kv_plan(plan, args, devices)
-    engine = _make_engine(plan, args)
+    # A job sent to a scheduler makes its engine in its reasoner there; only a replayed trace is
+    # opened here too, for its number of iterations.
+    engine = None if args.scheduler and plan.llm != "replay" else _make_engine(plan, args)
     spec = _spec(plan, args, engine)
     check_spec(spec)
 
@@ -373,14 +387,25 @@ def run_optimize(args: argparse.Namespace) -> int:
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
     if plan.notice:
         say(plan.notice)
-    on_cpu = all(d == "cpu" for d in devices)
-    say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
-        + (" (CPU: Triton runs under its interpreter; timings are CPU timings)" if on_cpu else ""))
 
     def emit(event: OptimizeEvent) -> None:
         writer(event)
         if display is not None:
             display(event)
+
+    if args.scheduler:
+        try:
+            result = _submit(args, plan, spec, emit, say)
+        finally:
+            writer.close()
+            if display is not None:
+                display.close()
+        written = writer.finish(result)
+        _summary(result, written, say if not args.quiet else (lambda text: print(text)))
+        return 0 if result.status != "failed" else 1
+    on_cpu = all(d == "cpu" for d in devices)
+    say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
+        + (" (CPU: Triton runs under its interpreter; timings are CPU timings)" if on_cpu else ""))
 
     async def main() -> OptimizeResult:
         elastic = Mechanisms.of(spec).elastic_pools
@@ -417,6 +442,54 @@ def run_optimize(args: argparse.Namespace) -> int:
     written = writer.finish(result)
     _summary(result, written, say if not args.quiet else (lambda text: print(text)))
     return 0 if result.status != "failed" else 1
+
+
+def _engine_options(plan: _Plan, args: argparse.Namespace) -> dict[str, Any]:
+    """The job's `options["engine"]` (optimize/job.py): what its reasoner generates with. Paths
+    are read where the scheduler runs the reasoner."""
+    if plan.llm == "replay":
+        assert plan.trace_path is not None
+        options = {"llm": "replay", "trace": str(plan.trace_path.resolve()), "speed": args.speed,
+                   "fork_model": args.fork_model, "timing": list(args.timing or [])}
+    elif plan.llm == "vllm":
+        options = {"llm": "vllm", "model": str(Path(args.model).resolve())}
+    else:
+        options = {"llm": "openai", "base_url": args.base_url, "model": args.model}
+    if args.tokenizer:
+        options["tokenizer"] = args.tokenizer
+    return options
+
+
+def _submit(args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
+            emit: Callable[[Any], None], say: Callable[[str], None]) -> OptimizeResult:
+    """Run the job on a running `specgen serve` (its reasoner and evaluations run in the cluster)
+    and follow it: a Ctrl-C here cancels the job; a crash of this process leaves it running
+    there, and its events and result stay in the scheduler's journal."""
+    import msgspec
+
+    from specgen.messages import JobSpec
+    from specgen.optimize.job import ENGINE_OPTION, ENTRY, SCHEDULER_EVENTS, optimize_event, optimize_result
+    from specgen.runtime.client import Client
+
+    options = msgspec.to_builtins(spec)
+    for key in ("job_id", "problem_name", "problem_source"):
+        options.pop(key, None)
+    options[ENGINE_OPTION] = _engine_options(plan, args)
+    job_spec = JobSpec(job_id=spec.job_id, problem_name=spec.problem_name,
+                       problem_source=spec.problem_source, entry=ENTRY, options=options)
+    with Client(args.scheduler, keys=args.keys) as client:
+        job = client.submit(job_spec)
+        say(f"Submitted job {spec.job_id} to the scheduler at {args.scheduler}.")
+        try:
+            for event in job.events():
+                if event.kind == "reasoner_started":
+                    say(f"  reasoner started (attempt {event.data.get('attempt')})")
+                elif event.kind not in SCHEDULER_EVENTS:
+                    emit(optimize_event(event))
+            return optimize_result(job.result())
+        except KeyboardInterrupt:
+            job.cancel()
+            raise
 
 
 def _summary(result: OptimizeResult, written: dict[str, Path],

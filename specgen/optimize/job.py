@@ -10,7 +10,8 @@ turn them back into typed structs with `msgspec.convert`).
 (`JobSpec.entry = "specgen.optimize.job:run_scheduled_job"`): `options` holds OptimizeSpec fields
 plus `engine`, which says what to generate with:
 
-    {"llm": "replay", "trace": PATH, "speed": 1.0}       (no trace: the problem's bundled one)
+    {"llm": "replay", "trace": PATH, "speed": 1.0,       (no trace: the problem's bundled one)
+     "fork_model": "draft", "timing": ["r1=40"]}         (default scripted: the trace's own forks)
     {"llm": "vllm", "model": DIR, "tokenizer": DIR}
     {"llm": "openai", "base_url": URL, "model": NAME, "tokenizer": DIR}
 """
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from specgen.backend import EvaluationBackend
 
 ENGINE_OPTION = "engine"
+ENTRY = "specgen.optimize.job:run_scheduled_job"
+# Events the scheduler itself adds to a job's stream (the rest are the loop's OptimizeEvents).
+SCHEDULER_EVENTS = ("created", "reasoner_started", "resumed", "verdict", "finished")
 
 # How an optimize job's end reads to the scheduler.
 _RUNTIME_STATUS = {
@@ -101,7 +105,7 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
     if not isinstance(raw, dict):
         raise UsageError(f"options[{ENGINE_OPTION!r}] must be a mapping, got {type(raw).__name__}")
     llm = raw.get("llm", "replay")
-    known = {"replay": {"llm", "trace", "speed", "tokenizer"},
+    known = {"replay": {"llm", "trace", "speed", "tokenizer", "fork_model", "timing"},
              "vllm": {"llm", "model", "tokenizer"},
              "openai": {"llm", "base_url", "model", "tokenizer"}}
     if llm not in known:
@@ -117,8 +121,17 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
         if trace is None:
             raise UsageError(f"options['engine'] names no trace and {problem_name!r} has no "
                              f"bundled one")
-        return IterationReplayEngine(trace, speed=float(raw.get("speed", 1.0)),
-                                     tokenizer=raw.get("tokenizer"))
+        fork_model = raw.get("fork_model", "scripted")
+        if fork_model == "scripted":
+            return IterationReplayEngine(trace, speed=float(raw.get("speed", 1.0)),
+                                         tokenizer=raw.get("tokenizer"))
+        from specgen.engines.timing_model import TimingModel
+        from specgen.optimize.fork_models import fork_writer
+        from specgen.optimize.trace_replay import IterationModelledEngine
+
+        return IterationModelledEngine(trace, fork_writer(fork_model),
+                                       timing=TimingModel.from_overrides(list(raw.get("timing") or [])),
+                                       speed=float(raw.get("speed", 1.0)), tokenizer=raw.get("tokenizer"))
     missing = [k for k in sorted(known[llm] - {"llm"}) if not raw.get(k)
                and not (llm == "vllm" and k == "tokenizer")]
     if missing:

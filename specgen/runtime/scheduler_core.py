@@ -164,6 +164,7 @@ class SchedulerCore:
         self.seq = itertools.count(1)
         self.request_ids = itertools.count(1)
         self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
+        self.jobs_finished: collections.Counter[str] = collections.Counter()   # by result status
         # Called with each feedback latency as it is recorded (the metrics' histogram).
         self.feedback_observer: Callable[[float], None] | None = None
         self.counters = collections.Counter()
@@ -928,6 +929,7 @@ class SchedulerCore:
         self._emit(job, "finished", msgspec.to_builtins(result))
         if job.has_reasoner:
             self.actions.append(("stop_reasoner", job.spec.job_id))
+        self.jobs_finished[result.status] += 1
         del self.jobs[job.spec.job_id]
         return dropped
 
@@ -1044,9 +1046,9 @@ class SchedulerCore:
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),
             node_health={p.name: p.health for p in self.peers.values() if p.role == "node" and p.health},
             jobs_running=sum(1 for j in self.jobs.values() if j.state == "running"),
-            jobs_by_state=dict(collections.Counter(
-                j.result.status if j.state == "finished" and j.result else j.state
-                for j in self.jobs.values())),
+            jobs_by_state={**({"running": n} if (n := sum(1 for j in self.jobs.values()
+                                                          if j.state == "running")) else {}),
+                           **self.jobs_finished},
             requests_done=self.counters["requests_done"],
             requests_requeued=self.counters["requests_requeued"],
             requests_dropped=self.counters["requests_dropped"],
