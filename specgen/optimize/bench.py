@@ -57,6 +57,7 @@ class BenchConfig:
     eval_options: dict[str, Any] = field(default_factory=dict)
     runtime_settings: list[str] = field(default_factory=list)
     live_engine: Any = None                  # for fork model "model"
+    fork_max_tokens: int = 2048              # a live engine's fork length cap (fork model "model")
     label: str = ""
     cache_dir: Path | None = None            # evaluation cache shared by every mode's cluster
     prebuild: bool = True                    # build the traces' extensions before the timed run
@@ -73,6 +74,8 @@ class BenchConfig:
             raise UsageError(f"bench: --fork-model must be one of {', '.join(FORK_MODELS)}")
         if self.concurrency < 1 or not self.speed > 0:
             raise UsageError("bench: --concurrency must be >= 1 and --speed > 0")
+        if self.fork_max_tokens < 1:
+            raise UsageError("bench: --fork-max-tokens must be >= 1")
 
 
 @dataclass
@@ -135,7 +138,8 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
                    batch: int) -> JobRecord:
     from specgen.optimize.loop import run_job
 
-    writer = fork_writer(config.fork_model, config.live_engine)
+    writer = (fork_writer(config.fork_model, config.live_engine, max_tokens=config.fork_max_tokens)
+              if config.fork_model == "model" else fork_writer(config.fork_model))
     engine = IterationModelledEngine(problem.trace, writer, timing=config.timing,
                                      speed=config.speed, prefix_cache=config.prefix_cache)
     spec = OptimizeSpec(
@@ -236,6 +240,7 @@ def prebuild(config: BenchConfig) -> int:
 
 def _describe(config: BenchConfig) -> dict[str, Any]:
     return {"modes": config.modes, "fork_model": config.fork_model,
+            "fork_max_tokens": config.fork_max_tokens if config.fork_model == "model" else None,
             "timing": config.timing.to_dict(), "speed": config.speed,
             "concurrency": config.concurrency, "devices": config.devices,
             "prefix_cache": config.prefix_cache, "time_budget_s": config.time_budget_s,

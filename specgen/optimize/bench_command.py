@@ -43,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", type=float, default=None, help="wall seconds per job")
     p.add_argument("--no-prebuild", action="store_true",
                    help="do not build the traces' extensions before the timed run")
+    p.add_argument("--fork-max-tokens", type=int, default=2048,
+                   help="longest fork a live engine writes (--fork-model model; default 2048)")
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the fork models, decode x0.5 and x2, and draft positions +-10 points")
     p.add_argument("--out", type=Path, default=Path("specgen-runs/bench"))
@@ -110,7 +112,7 @@ def bench_main(args: argparse.Namespace) -> int:
                        concurrency=args.concurrency, devices=devices,
                        prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
                        label="main", cache_dir=args.out.resolve() / "eval-cache",
-                       prebuild=not args.no_prebuild)
+                       prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens)
     base.check()
     variants = [("main", base)]
     if args.sensitivity:
