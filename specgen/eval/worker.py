@@ -87,7 +87,7 @@ class RefTimingCache:
         path = self.root / f"{key}.json"
         try:
             return msgspec.json.decode(path.read_bytes(), type=RefTiming)
-        except (OSError, msgspec.DecodeError):
+        except (OSError, msgspec.DecodeError, RecursionError):
             return None
 
     def put(self, key: str, timing: RefTiming) -> None:
@@ -510,7 +510,7 @@ def query_capability(device: str) -> str:
 def _read_marker(path: Path) -> BuildResult | None:
     try:
         return msgspec.json.decode(path.read_bytes(), type=BuildResult)
-    except (OSError, msgspec.DecodeError):
+    except (OSError, msgspec.DecodeError, RecursionError):
         return None
 
 

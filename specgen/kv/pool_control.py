@@ -67,7 +67,7 @@ class PoolControlClient:
             if len(frames) == 2 and frames[0] == RESIZE:
                 try:
                     out.append(_resize_decoder.decode(frames[1]))
-                except msgspec.DecodeError:
+                except (msgspec.DecodeError, RecursionError):   # nested too deeply: RecursionError
                     continue
 
     def close(self) -> None:
@@ -158,7 +158,7 @@ class PoolController:
             try:
                 stats = _stats_decoder.decode(frames[2])
                 pool = frames[0].decode()   # an identity that is not text names no pool we resize
-            except (msgspec.DecodeError, UnicodeDecodeError):
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
                 continue
             self.latest[pool] = stats
             got.append((pool, stats))

@@ -88,6 +88,8 @@ class ReplayEvaluator:
                 return _directive_decoder.decode(first[len(DIRECTIVE):].strip())
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise ValueError(f"bad replay directive: {exc}") from None
+            except RecursionError:
+                raise ValueError("bad replay directive: nested too deeply") from None
         if self.recording is None:
             raise ValueError("candidate has no replay directive and the worker has no recording")
         digest = hashlib.blake2b(f"{sub.job_id}/{sub.candidate_id}".encode(), digest_size=8).digest()

@@ -166,7 +166,7 @@ class SchedulerActor:
             if len(frames) == 3 and frames[1] == STATS:
                 try:
                     stats = _kv_stats_decoder.decode(frames[2])
-                except msgspec.DecodeError as exc:
+                except (msgspec.DecodeError, RecursionError) as exc:   # nested too deeply: RecursionError
                     self.kv_rejected += 1
                     log.warning("KV control: bad stats from %r: %s", frames[0][:40], exc)
                     continue
