@@ -96,6 +96,6 @@ def decode_frame(frame: bytes, max_bytes: int) -> _Wire:
         name = MESSAGE_TYPES[kind].__name__
         raise WireError("malformed", f"bad {name}: {exc}", _call_id_of(body)) from None
     except RecursionError:
-        # Arrays or maps nested past the decoder's depth limit, in a field typed Any.
+        # Arrays or maps nested past the decoder's depth limit (in a field typed Any, or one it skips).
         name = MESSAGE_TYPES[kind].__name__
         raise WireError("malformed", f"bad {name}: nested too deeply", _call_id_of(body)) from None
