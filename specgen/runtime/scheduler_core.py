@@ -886,6 +886,12 @@ class SchedulerCore:
             self.reply(peer, ErrorReply(code="bad_request", ref=msg.call_id, message=(
                 f"JobSpec.entry {spec.entry!r} must be 'module:function'")))
             return
+        if spec.entry not in self.settings.job_entries and spec.entry != self.settings.default_job_entry:
+            self.counters["jobs_refused"] += 1
+            self.reply(peer, ErrorReply(code="bad_request", ref=msg.call_id, message=(
+                f"JobSpec.entry {spec.entry!r} is not one this scheduler runs "
+                f"({', '.join(self.settings.job_entries)}); add it to the setting job_entries")))
+            return
         spec.created_at = self.wall()
         if spec.wall_time_s is not None:
             spec.deadline = spec.created_at + spec.wall_time_s

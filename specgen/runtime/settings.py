@@ -50,6 +50,10 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         default_factory=lambda: ["deadline", "stage", "oldest"])
     # jobs
     default_job_entry: str = "specgen.optimize.job:run_scheduled_job"   # the optimize loop
+    # The only "module:function"s a job may run in its reasoner: any client can create jobs, and
+    # an entry is code the scheduler's host runs (add your own entry here to run it).
+    job_entries: list[str] = msgspec.field(default_factory=lambda: [
+        "specgen.optimize.job:run_scheduled_job", "specgen.runtime.jobs:evaluate_candidates"])
     job_grace_s: float = 30.0               # past a job's wall time, its reasoner gets this long
     # workers and nodes
     worker_restart_backoff_s: float = 1.0   # wait before restarting a worker that died
