@@ -10,7 +10,8 @@ times them with a `TimingModel` and answers forks through a `ForkWriter`:
 - a request first waits its time to first token: the prompt tokens not in the prefix cache at
   `prefill_tps`. The reasoning's own tokens are in the cache (an engine caches decoded blocks), so
   a fork pays for its suffix and the partial last block only; `prefix_cache=False` makes every
-  fork pay for its whole prompt (a cache too small to hold the shared prefix);
+  fork pay for its whole prompt (a cache too small to hold the shared prefix), unless `kv_pool`:
+  then the shared prefix's full blocks come from the remote KV pool at `kv_fetch_tps`;
 - a fork's output comes from the writer (the project's fork models: the latest draft in the
   reasoning, the final answer once its kernel is named, or a real engine writing from the fork
   prompt), then streams at the decode rate. The writer sees only what precedes the fork
@@ -52,11 +53,12 @@ class ModelledEngine(ReplayEngine):
     def __init__(self, trace: str | Path | Trace, writer: ForkWriter, *,
                  timing: TimingModel | None = None, speed: float = 1.0,
                  extra_iterations: ExtraIterations = "repeat_last", tokenizer: str | None = None,
-                 prefix_cache: bool = True) -> None:
+                 prefix_cache: bool = True, kv_pool: bool = False) -> None:
         super().__init__(trace, speed=speed, extra_iterations=extra_iterations, tokenizer=tokenizer)
         self.writer = writer
         self.timing = timing or TimingModel()
         self.prefix_cache = prefix_cache
+        self.kv_pool = kv_pool
         self.decoding = 0                      # requests in their decode phase now
         self.tokens_generated = 0
         self.forks_written = 0
@@ -73,11 +75,14 @@ class ModelledEngine(ReplayEngine):
         request = self._requests.open(request_id, "fork")
         prompt_len = len(prompt_ids) + len(reasoning_ids) + len(suffix_ids)
         shared = len(prompt_ids) + len(reasoning_ids)
-        cached = (shared // CACHE_BLOCK) * CACHE_BLOCK if self.prefix_cache else 0
-        ttft = self.timing.ttft_s(prompt_len, cached_tokens=cached)
+        blocks = (shared // CACHE_BLOCK) * CACHE_BLOCK
+        cached = blocks if self.prefix_cache else 0
+        fetched = blocks if not self.prefix_cache and self.kv_pool else 0
+        ttft = self.timing.ttft_s(prompt_len, cached_tokens=cached, fetched_tokens=fetched)
         iteration = self._iteration_of(reasoning_ids)
-        return self._forked(request, iteration, reasoning_ids, suffix_ids, prompt_len, cached,
-                            ttft, params)
+        # As vLLM reports it, a token loaded from the pool counts as cached.
+        return self._forked(request, iteration, reasoning_ids, suffix_ids, prompt_len,
+                            cached + fetched, ttft, params)
 
     async def _forked(self, request: ActiveRequest, iteration: Iteration, reasoning_ids: list[int],
                       suffix_ids: list[int], prompt_len: int, cached: int, ttft: float,

@@ -51,6 +51,7 @@ class BenchConfig:
     concurrency: int = 1
     devices: list[str] = field(default_factory=lambda: ["cpu", "cpu"])
     prefix_cache: bool = True
+    kv_pool: bool = False                    # with prefix_cache off: forks fetch the prefix from a pool
     time_budget_s: float | None = None       # per job, wall seconds
     target_speedup: float | None = None
     best_of_n: int = 4
@@ -141,7 +142,8 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
     writer = (fork_writer(config.fork_model, config.live_engine, max_tokens=config.fork_max_tokens)
               if config.fork_model == "model" else fork_writer(config.fork_model))
     engine = IterationModelledEngine(problem.trace, writer, timing=config.timing,
-                                     speed=config.speed, prefix_cache=config.prefix_cache)
+                                     speed=config.speed, prefix_cache=config.prefix_cache,
+                                     kv_pool=config.kv_pool)
     spec = OptimizeSpec(
         job_id=f"bench-{config.label or 'run'}-{batch}-{problem.name}-{mode}",
         problem_name=problem.name, problem_source=problem.source, mode=mode,
@@ -243,7 +245,8 @@ def _describe(config: BenchConfig) -> dict[str, Any]:
             "fork_max_tokens": config.fork_max_tokens if config.fork_model == "model" else None,
             "timing": config.timing.to_dict(), "speed": config.speed,
             "concurrency": config.concurrency, "devices": config.devices,
-            "prefix_cache": config.prefix_cache, "time_budget_s": config.time_budget_s,
+            "prefix_cache": config.prefix_cache, "kv_pool": config.kv_pool,
+            "time_budget_s": config.time_budget_s,
             "target_speedup": config.target_speedup, "best_of_n": config.best_of_n,
             "prebuilt": config.prebuild and config.cache_dir is not None,
             "problems": [{"name": p.name, "turns": len(p.trace.iterations),

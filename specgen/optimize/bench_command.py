@@ -45,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="do not build the traces' extensions before the timed run")
     p.add_argument("--fork-max-tokens", type=int, default=2048,
                    help="longest fork a live engine writes (--fork-model model; default 2048)")
+    p.add_argument("--kv-pool-effect", action="store_true",
+                   help="the main run with the shared prefix evicted from the engine's cache "
+                        "(--no-prefix-cache), and beside it the same with forks fetching the prefix "
+                        "from the remote KV pool (the timing model's kv_fetch_tps)")
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the fork models, decode x0.5 and x2, and draft positions +-10 points")
     p.add_argument("--out", type=Path, default=Path("specgen-runs/bench"))
@@ -115,6 +119,11 @@ def bench_main(args: argparse.Namespace) -> int:
                        prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens)
     base.check()
     variants = [("main", base)]
+    if args.kv_pool_effect:
+        from dataclasses import replace
+
+        base.prefix_cache = False
+        variants.append(("KV pool on (prefix evicted)", replace(base, kv_pool=True, label="kv_pool")))
     if args.sensitivity:
         from dataclasses import replace
 

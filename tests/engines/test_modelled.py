@@ -69,6 +69,10 @@ def test_a_fork_sees_only_the_reasoning_before_it_and_pays_for_the_uncached_part
     _, _, uncached_s, first = asyncio.run(fork(False))
     assert first.num_cached_tokens == 0
     assert uncached_s > cached_s + 0.8                                  # 96 tokens at 100/s
+    engine.kv_pool = True                   # evicted locally, fetched from the pool instead
+    _, _, pooled_s, first = asyncio.run(fork(False))
+    assert first.num_cached_tokens == 96
+    assert pooled_s < cached_s + 0.2                                    # 96 tokens at 16,900/s
 
 
 def test_concurrent_decoding_slows_every_request() -> None:
