@@ -187,6 +187,9 @@ def test_many_concurrent_forks_over_http(loop, vllm_server: Server, http_engine:
 
     async def run() -> None:
         _, reasoning = await _collect(engine.reason("http-many-reason", prompt, GenerationParams(max_tokens=512)))
+        # One scrape first: the server's first /metrics answer can take seconds on a loaded
+        # machine, longer than the forks run, and the watcher would then see none of them.
+        await asyncio.to_thread(vllm_server.running_requests)
         stop = asyncio.Event()
         watcher = asyncio.create_task(server_peak(stop))
         try:

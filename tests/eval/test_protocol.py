@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 import time
 
-import msgspec
 import pytest
 
 from specgen.eval.options import EvalOptions
-from specgen.eval.protocol import FrameReader, RunJob, RunnerReady, write_frame
+from specgen.eval.protocol import FrameError, FrameReader, RunJob, RunnerReady, write_frame
 
 
 def test_frames_round_trip_and_split_reads() -> None:
@@ -30,7 +29,7 @@ def test_frames_round_trip_and_split_reads() -> None:
 def test_wrong_frame_type_is_refused() -> None:
     read_fd, write_fd = os.pipe()
     write_frame(write_fd, RunnerReady(pid=1, device="cpu", device_name="x"))
-    with pytest.raises(msgspec.ValidationError):
+    with pytest.raises(FrameError, match="bad RunJob frame"):
         FrameReader(read_fd).read(RunJob, time.monotonic() + 5)
     os.close(read_fd)
     os.close(write_fd)
