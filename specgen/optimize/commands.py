@@ -393,9 +393,9 @@ def run_optimize(args: argparse.Namespace) -> int:
         if display is not None:
             display(event)
 
-    if args.scheduler:
+    def finish(run: Callable[[], OptimizeResult]) -> int:
         try:
-            result = _submit(args, plan, spec, emit, say)
+            result = run()
         finally:
             writer.close()
             if display is not None:
@@ -403,6 +403,9 @@ def run_optimize(args: argparse.Namespace) -> int:
         written = writer.finish(result)
         _summary(result, written, say if not args.quiet else (lambda text: print(text)))
         return 0 if result.status != "failed" else 1
+
+    if args.scheduler:
+        return finish(lambda: _submit(args, plan, spec, emit, say))
     on_cpu = all(d == "cpu" for d in devices)
     say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
         + (" (CPU: Triton runs under its interpreter; timings are CPU timings)" if on_cpu else ""))
@@ -433,15 +436,7 @@ def run_optimize(args: argparse.Namespace) -> int:
             finally:
                 await engine.close()
 
-    try:
-        result = asyncio.run(main())
-    finally:
-        writer.close()
-        if display is not None:
-            display.close()
-    written = writer.finish(result)
-    _summary(result, written, say if not args.quiet else (lambda text: print(text)))
-    return 0 if result.status != "failed" else 1
+    return finish(lambda: asyncio.run(main()))
 
 
 def _engine_options(plan: _Plan, args: argparse.Namespace) -> dict[str, Any]:
