@@ -63,18 +63,12 @@ class CountingModule(types.ModuleType):
         super().__init__(inner.__name__, getattr(inner, "__doc__", None))
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_ledger", ledger)
-        object.__setattr__(self, "_wrapped", {})
         self.__file__ = getattr(inner, "__file__", None)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
         if callable(value) and not isinstance(value, type):
-            # One wrapper per function, made once: a timed loop looks the function up every call.
-            known = self._wrapped.get(name)
-            if known is None or known[0] is not value:
-                known = self._wrapped[name] = (value, _counted(value, self._ledger,
-                                                               f"{self._inner.__name__}.{name}"))
-            return known[1]
+            return _counted(value, self._ledger, f"{self._inner.__name__}.{name}")
         return value
 
     def __dir__(self) -> list[str]:
