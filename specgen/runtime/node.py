@@ -3,8 +3,9 @@
     specgen-node --scheduler tcp://HOST:PORT [--gpus 0,1] [--cpu-workers N] [--name NAME] [--keys DIR]
                  [--join-secret FILE]
 
-One worker process per GPU (`--gpus`, or every GPU `nvidia-smi -L` lists), or `--cpu-workers N`
-CPU workers on a host without GPUs. Each worker connects to the scheduler itself; the node starts
+One worker process per GPU (`--gpus`, or every GPU `nvidia-smi -L` lists; a GPU named several
+times, `--gpus 0,0`, gets that many workers sharing it), or `--cpu-workers N` CPU workers on a host
+without GPUs. Each worker connects to the scheduler itself; the node starts
 it, waits for its READY (setting `ready_timeout_s`), restarts it when it dies (after
 `worker_restart_backoff_s`, at most `worker_max_restarts` times in 10 minutes), tells the scheduler
 at once when one exits (so its request is re-queued without waiting for a heartbeat timeout), and
@@ -119,6 +120,9 @@ class NodeActor:
         self.slots: dict[str, WorkerSlot] = {}
         for i, device in enumerate(devices):
             label = f"gpu{device.split(':')[1]}" if device.startswith("cuda:") else f"cpu{i}"
+            if device.startswith("cuda:") and devices.count(device) > 1:
+                # Several workers may share one large GPU (`--gpus 0,0,0,0`): one name each.
+                label += f".{devices[:i].count(device)}"
             slot = WorkerSlot(name=f"{self.name}/{label}", device=device)
             self.slots[slot.name] = slot
         self.cpu_workers = sum(1 for d in devices if d == "cpu")

@@ -145,3 +145,13 @@ def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> Non
         if node is not None:
             node.stop(5)
         scheduler.stop(5)
+
+
+def test_a_gpu_named_several_times_gets_one_worker_each() -> None:
+    from specgen.runtime.node import NodeActor
+
+    node = object.__new__(NodeActor)
+    node.name = "n"
+    node.init_slots(["cuda:0", "cuda:0", "cuda:1"])
+    assert sorted(node.slots) == ["n/gpu0.0", "n/gpu0.1", "n/gpu1"]
+    assert [s.device for s in node.slots.values()] == ["cuda:0", "cuda:0", "cuda:1"]
