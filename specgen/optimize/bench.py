@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -233,7 +234,8 @@ def prebuild(config: BenchConfig) -> int:
                         options=EvalOptions(**config.eval_options))
     worker.start()
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        # Builds are compiler processes: one per core (at least 2), as many as there is work for.
+        with ThreadPoolExecutor(max_workers=min(len(needing), max(2, os.cpu_count() or 2))) as pool:
             list(pool.map(worker.build, needing))
     finally:
         worker.close()
