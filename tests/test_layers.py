@@ -11,6 +11,7 @@ ROOT = Path(specgen.__file__).resolve().parent
 
 # Lowest first. Packages of one layer do not import each other.
 LAYERS = [
+    {"clock"},                             # time, injected: real or virtual (simulation)
     {"errors"},
     {"messages"},
     {"backend"},                           # the evaluation interface

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from specgen.clock import SYSTEM_CLOCK, Clock, wait_for
 from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
 from specgen.messages import (
     CandidateRecord,
@@ -68,14 +68,16 @@ async def run_job(
     *,
     trigger_policy: PolicyFactory | None = None,
     criterion: TerminationCriterion | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> OptimizeResult:
     """Run one optimize job to its end and return the best correct kernel with the full history.
 
     `trigger_policy` (a factory: one fresh policy per reasoning stream) and `criterion` replace the
-    ones the spec describes, for experiments with other policies.
+    ones the spec describes, for experiments with other policies. `clock` times the job: its
+    timestamps, the wall-time budget and the wait for verdicts owed.
     """
     job = OptimizeJob(spec, engine, backend, emit, trigger_policy=trigger_policy,
-                      criterion=criterion)
+                      criterion=criterion, clock=clock)
     return await job.run()
 
 
@@ -105,9 +107,11 @@ class OptimizeJob:
 
     def __init__(self, spec: OptimizeSpec, engine: Engine, backend: EvaluationBackend,
                  emit: EmitFn | None = None, *, trigger_policy: PolicyFactory | None = None,
-                 criterion: TerminationCriterion | None = None) -> None:
+                 criterion: TerminationCriterion | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         check_spec(spec)
         self.spec = spec
+        self.clock = clock
         self.engine = engine
         self.backend = backend
         self._emit_fn = emit
@@ -145,7 +149,7 @@ class OptimizeJob:
         self._fork_count = 0
         self._candidate_count = 0
         self.started_at = 0.0
-        self._t0 = 0.0
+        self._t0: float | None = None
 
     # ------------------------------------------------------------------------------ running
 
@@ -154,8 +158,8 @@ class OptimizeJob:
         return self.spec.job_id
 
     async def run(self) -> OptimizeResult:
-        self.started_at = time.time()
-        self._t0 = time.monotonic()
+        self.started_at = self.clock.wall()
+        self._t0 = self.clock.now()
         self._emit("job_started", reason=f"mode {self.spec.mode}; speculation: "
                                          f"{self.mechanisms.describe()}")
         try:
@@ -215,7 +219,7 @@ class OptimizeJob:
                                    self.best, notes=self.no_candidate_notes)
         messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
                     {"role": "user", "content": user}]
-        record = IterationRecord(index=index, started_at=time.time(),
+        record = IterationRecord(index=index, started_at=self.clock.wall(),
                                  baseline_speedup=best if best is not None else 1.0, prompt=user)
         pin = getattr(self.engine, "pin_iteration", None)
         if pin is not None:
@@ -233,7 +237,7 @@ class OptimizeJob:
     def _end_iteration(self, state: _IterationState) -> None:
         state.running = False
         record = state.record
-        record.finished_at = time.time()
+        record.finished_at = self.clock.wall()
         if not record.stop_reason:
             record.stop_reason = state.stop_reason or "reasoning finished"
         if not state.candidate_ids:
@@ -320,7 +324,7 @@ class OptimizeJob:
         record = state.record
         record.request_ids.append(request_id)
         stream_record = ReasoningRecord(request_id=request_id, iteration=record.index,
-                                        started_at=time.time())
+                                        started_at=self.clock.wall())
         self.reasoning.append(stream_record)
         self._active_requests.add(request_id)
         stream = self.engine.reason(request_id, state.prompt_ids, self._reasoning_params(seed))
@@ -352,7 +356,7 @@ class OptimizeJob:
             raise
         finally:
             self._active_requests.discard(request_id)
-            stream_record.finished_at = time.time()
+            stream_record.finished_at = self.clock.wall()
             stream_record.finish_reason = stream_record.finish_reason or finish_reason
         if finish_reason == "error":
             raise EngineError(f"reasoning stream {request_id} ended with an error")
@@ -360,7 +364,7 @@ class OptimizeJob:
             for source in policy.finish(text):
                 self._new_candidate(state, source, "inline", request_id, len(ids))
         record.finish_reason = finish_reason
-        record.reasoning_finished_at = time.time()
+        record.reasoning_finished_at = self.clock.wall()
         self._emit("reasoning_finished", iteration=record.index, request_id=request_id,
                    position=len(ids), reason=finish_reason or "")
         return _ReasoningOutcome(text, ids, finish_reason, answer_start)
@@ -418,7 +422,7 @@ class OptimizeJob:
         request_id = f"{self.job_id}/it{state.record.index}/fork{self._fork_count}"
         self._fork_count += 1
         fork = ForkRecord(request_id=request_id, iteration=state.record.index, position=position,
-                          trigger=trigger, started_at=time.time())
+                          trigger=trigger, started_at=self.clock.wall())
         state.forks.append(fork)
         state.last_fork_position = position
         self.forks.append(fork)
@@ -459,17 +463,17 @@ class OptimizeJob:
                         break
         except asyncio.CancelledError:
             fork.outcome, fork.finish_reason = "aborted", "abort"
-            fork.finished_at = time.time()
+            fork.finished_at = self.clock.wall()
             self._fork_done(state, fork, produced=False)
             raise
         except EngineError as exc:
             fork.outcome, fork.finish_reason = "error", "error"
-            fork.finished_at = time.time()
+            fork.finished_at = self.clock.wall()
             self._fork_done(state, fork, produced=False, note=str(exc))
             return
         finally:
             self._active_requests.discard(fork.request_id)
-        fork.finished_at = time.time()
+        fork.finished_at = self.clock.wall()
         if fork.finish_reason == "abort":
             fork.outcome = "aborted"
             self._fork_done(state, fork, produced=False)
@@ -505,7 +509,7 @@ class OptimizeJob:
         record = CandidateRecord(candidate_id=candidate_id, iteration=state.record.index,
                                  origin=origin, request_id=request_id, position=position,
                                  fingerprint=admission.fingerprint, source=source,
-                                 extracted_at=time.time())
+                                 extracted_at=self.clock.wall())
         state.candidate_ids.append(candidate_id)
         self.candidates[candidate_id] = record
         if admission.duplicate_of is not None:
@@ -573,7 +577,7 @@ class OptimizeJob:
             else:
                 record.status = "failed" if (not verdict.compiled or verdict.flags) else "incorrect"
         if record.status != "pending":
-            record.feedback_at = time.time()
+            record.feedback_at = self.clock.wall()
         self._emit("update", iteration=record.iteration, candidate_id=record.candidate_id,
                    origin=record.origin, update=update)
         if record.status == "correct":
@@ -640,8 +644,8 @@ class OptimizeJob:
         stop_watch = asyncio.create_task(self._notify_on(stop))
         try:
             async with self._verdicts:
-                await asyncio.wait_for(self._verdicts.wait_for(settled),
-                                       self.spec.verdict_timeout_s)
+                await wait_for(self.clock, self._verdicts.wait_for(settled),
+                               self.spec.verdict_timeout_s)
         except asyncio.TimeoutError:
             lost = [c for c in candidate_ids if self.candidates[c].status not in _FINAL]
             for candidate_id in lost:
@@ -667,7 +671,7 @@ class OptimizeJob:
     async def _watch_time(self) -> None:
         if self.spec.time_budget_s is None:
             return
-        await asyncio.sleep(self.spec.time_budget_s)
+        await self.clock.sleep(self.spec.time_budget_s)
         self._stop_job("time_budget", f"time budget of {self.spec.time_budget_s:g}s spent")
 
     def _stop_job(self, status: str, reason: str) -> None:
@@ -718,17 +722,18 @@ class OptimizeJob:
                 record.status = "cancelled"
         for fork in self.forks:
             if fork.finished_at is None:
-                fork.finished_at, fork.outcome, fork.finish_reason = time.time(), "aborted", "abort"
+                fork.finished_at = self.clock.wall()
+                fork.outcome, fork.finish_reason = "aborted", "abort"
         for state in self._iteration_states:
             if state.running:
                 state.running = False
-                state.record.finished_at = time.time()
+                state.record.finished_at = self.clock.wall()
                 state.record.stop_reason = state.record.stop_reason or state.stop_reason
 
     # ------------------------------------------------------------------------------ results
 
     def _result(self) -> OptimizeResult:
-        finished_at = time.time()
+        finished_at = self.clock.wall()
         candidates = list(self.candidates.values())
         best = self.best
         best_update = (best.profile or best.validation) if best is not None else None
@@ -752,7 +757,7 @@ class OptimizeJob:
     def progress(self) -> JobProgress:
         records = self.candidates.values()
         return JobProgress(
-            elapsed_s=time.monotonic() - self._t0 if self._t0 else 0.0,
+            elapsed_s=self.clock.now() - self._t0 if self._t0 is not None else 0.0,
             iteration=len(self.iterations),
             reasoning_tokens=self.reasoning_tokens,
             fork_tokens=self.fork_tokens,
@@ -768,7 +773,7 @@ class OptimizeJob:
     def _emit(self, kind: str, **fields: object) -> None:
         if self._emit_fn is None:
             return
-        event = OptimizeEvent(job_id=self.job_id, kind=kind, t=time.time(),
+        event = OptimizeEvent(job_id=self.job_id, kind=kind, t=self.clock.wall(),
                               progress=self.progress(), **fields)
         try:
             self._emit_fn(event)

@@ -8,9 +8,9 @@ optimize loop's own entry lives in specgen.optimize.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Callable
 
+from specgen.clock import SYSTEM_CLOCK, Clock
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, CandidateUpdate, JobEvent, JobResult, JobSpec
 from specgen.backend import EvaluationBackend
@@ -26,11 +26,12 @@ def _candidates(spec: JobSpec) -> list[tuple[str, str]]:
 
 
 async def evaluate_candidates(
-    spec: JobSpec, backend: EvaluationBackend, emit: Callable[[JobEvent], None]
+    spec: JobSpec, backend: EvaluationBackend, emit: Callable[[JobEvent], None],
+    *, clock: Clock = SYSTEM_CLOCK,
 ) -> JobResult:
     """Options: candidates ({id: source} or [source]); profile (default True); target_speedup
     (stop once a correct candidate is at least this fast); submit_interval_s (spread submissions
-    over time, as forks would arrive)."""
+    over time, as forks would arrive, on `clock`)."""
     candidates = _candidates(spec)
     profile = bool(spec.options.get("profile", True))
     target = spec.options.get("target_speedup")
@@ -43,11 +44,11 @@ async def evaluate_candidates(
     async def submit_all() -> None:
         for i, (cid, source) in enumerate(candidates):
             if i and interval:
-                await asyncio.sleep(interval)
+                await clock.sleep(interval)
             await backend.submit(CandidateSubmission(
                 job_id=spec.job_id, candidate_id=cid, problem_name=spec.problem_name,
                 problem_source=spec.problem_source, candidate_source=source, origin="final",
-                iteration=0, extracted_at=time.time(), deadline=spec.deadline, profile=profile))
+                iteration=0, extracted_at=clock.wall(), deadline=spec.deadline, profile=profile))
         emit(JobEvent(job_id=spec.job_id, kind="submitted", data={"candidates": len(candidates)}))
 
     submitter = asyncio.ensure_future(submit_all())

@@ -31,6 +31,7 @@ from pathlib import Path
 import msgspec
 import zmq
 
+from specgen.clock import SYSTEM_CLOCK, Clock
 from specgen.errors import UsageError
 from specgen.kv.pool_control import RESIZE, STATS
 from specgen.messages import DeadNotice, KvPoolStats
@@ -60,9 +61,11 @@ class SchedulerActor:
     batch_limit = 1024   # messages handled per receive at most, before replies and assignments go out
 
     def __init__(self, bind: str, state_dir: Path, settings: RuntimeSettings,
-                 keys: ServerKeys | None = None, join_secret: bytes | None = None) -> None:
+                 keys: ServerKeys | None = None, join_secret: bytes | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         """`join_secret`: the cluster's (runtime/auth.py); None reads STATE_DIR/join_secret,
-        making it on the first start."""
+        making it on the first start. `clock`: the time the core decides by (ticks, timeouts,
+        rates); the socket waits stay on real time whatever it is."""
         require_keys_for(bind, keys)
         settings.check()   # among others: kv_control_bind must be a loopback address
         self.settings = settings
@@ -72,7 +75,8 @@ class SchedulerActor:
             join_secret = load_join_secret(state_dir / JOIN_SECRET_FILE, create=True)
         self.join_secret = join_secret
         self.journal = Journal(state_dir / "journal.sqlite3")
-        self.core = SchedulerCore(settings, self.journal, join_secret=join_secret)
+        self.clock = clock
+        self.core = SchedulerCore(settings, self.journal, join_secret=join_secret, clock=clock)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()   # from other threads; see `post`
         self.reasoners: dict[str, ChildProcess] = {}
         self._stopping = False
@@ -231,7 +235,8 @@ class SchedulerActor:
         """Serve Prometheus metrics on addr:port (0: a free port) from now on; returns the port."""
         self.metrics = SchedulerMetrics()
         self.core.feedback_observer = self.metrics.observe_feedback
-        self.metrics.update(self.core.stats(time.monotonic()), time.monotonic())
+        now = self.clock.now()
+        self.metrics.update(self.core.stats(now), now)
         return self.metrics.serve(port, addr)
 
     # -- main loop ------------------------------------------------------------------------
@@ -247,7 +252,7 @@ class SchedulerActor:
         log.info("scheduler %s listening on %s (state in %s)", self.core.scheduler_id, self.address, self.state_dir)
         core = self.core
         self._flush()
-        next_tick = time.monotonic()
+        next_tick = self.clock.now()
         try:
             self._loop(next_tick)
         except Exception as exc:
@@ -268,17 +273,20 @@ class SchedulerActor:
         sock.setsockopt(zmq.RCVTIMEO, int(_TICK_S * 1000))
         running = True
         while running:
+            # Whether the receive waited is a fact about the socket, so it is measured on real
+            # time (as is RCVTIMEO); what the core decides goes by the injected clock.
             waited_from = time.monotonic()
             try:
                 peer = recv_frame(sock, 0)
             except zmq.Again:
                 peer = None
-            now = time.monotonic()
+            already_waiting = time.monotonic() - waited_from < _ALREADY_WAITING_S
+            now = self.clock.now()
             if peer is not None:
                 # A message that was already waiting means load: take the whole batch (one
                 # journal commit for all of it). One that woke an idle loop is answered at once,
                 # without first asking the socket for more.
-                self._receive(now, peer, batch=now - waited_from < _ALREADY_WAITING_S)
+                self._receive(now, peer, batch=already_waiting)
             if not self.inbox.empty():
                 running = self._handle_inbox(now)
             if now >= next_tick:

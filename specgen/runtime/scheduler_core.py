@@ -7,6 +7,10 @@ arrive through `on_kv_stats`; the resize requests they are due go out through `k
 (runtime/kv_steward.py decides them). Tests drive this class directly with fake peer ids and a
 clock of their own.
 
+Time comes from the caller's `now` arguments and, where the core needs it on its own (start-up,
+resume, wall timestamps of verdicts it makes up), from its injected `clock` (specgen/clock.py):
+a `VirtualClock` makes a run of the core exactly repeatable and free of real time.
+
 Invariants:
 - A stage request is identified by its key (job_id, candidate_id, stage). At most one result per
   key is recorded and forwarded: later results for the same key are counted and ignored.
@@ -29,13 +33,13 @@ import heapq
 import itertools
 import logging
 import math
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
 import msgspec
 
+from specgen.clock import SYSTEM_CLOCK, Clock
 from specgen.messages import (
     PROTOCOL_VERSION, Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission,
     CandidateUpdate, CandidateUpdateNotice, CreateJob, DeadNotice, ErrorReply, EvaluateQueued,
@@ -127,19 +131,23 @@ class SchedulerCore:
         settings: RuntimeSettings,
         journal: Journal,
         scheduler_id: str | None = None,
-        wall: Callable[[], float] = time.time,
+        wall: Callable[[], float] | None = None,
         now: float | None = None,
         join_secret: bytes | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`join_secret`: workers, nodes and reasoners must present credentials derived from it
         (runtime/auth.py). None admits them without (tests and benchmarks that drive the core
-        directly); the scheduler process always passes one."""
+        directly); the scheduler process always passes one. `clock` is where the core reads the
+        time when no `now` is handed to it; `wall` (default: the clock's) stamps the verdicts
+        and events the core makes up itself."""
         self.settings = settings
         self.journal = journal
         self.join_secret = join_secret
         self.scheduler_id = scheduler_id or uuid.uuid4().hex[:12]
-        self.wall = wall
-        now = time.monotonic() if now is None else now
+        self.clock = clock
+        self.wall = wall if wall is not None else clock.wall
+        now = clock.now() if now is None else now
         self.init_state(now)
         self.init_pools(now)
         self.init_dispatch()
@@ -218,7 +226,7 @@ class SchedulerCore:
             self.counters["jobs_resumed"] += 1
             self._emit(job, "resumed", {"candidates": len(job.candidates), "updates": len(job.updates)})
             if job.has_reasoner:
-                self._start_reasoner(job, time.monotonic())
+                self._start_reasoner(job, self.clock.now())
             log.info("resumed job %s: %d candidates, %d verdicts", job.spec.job_id,
                      len(job.candidates), len(job.updates))
 
@@ -466,7 +474,7 @@ class SchedulerCore:
         key = (job.spec.job_id, sub.candidate_id, stage)
         req = QueuedRequest(key=key, stage=stage, submission=sub, seq=next(self.seq), deadline=deadline)
         job.live[key] = req
-        self._push(req, time.monotonic() if now is None else now, count_arrival)
+        self._push(req, self.clock.now() if now is None else now, count_arrival)
 
     def on_submit(self, peer: bytes, msg: SubmitCandidate, now: float) -> None:
         sub = msg.submission
