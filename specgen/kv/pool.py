@@ -12,6 +12,12 @@ that are more recently used than the pool's least recently used ones move into f
 elsewhere, the rest are evicted, blocks with a copy in flight are waited for, and only then is the
 memory freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
 
+Threads: one thread may load while another stores, shrinks or grows (a profiler's give-back runs
+beside the engine's fetches). A lock guards the table, the segment list and the copies in flight;
+the copies themselves and the waits for pinned blocks run outside it. A block evicted between
+`lookup` and `load` is a miss (`PoolCopy.missed`), never an error and never another block's bytes:
+a slot's block is pinned from `acquire` until its load completes, so nothing rewrites or frees it.
+
 A fork fetching a few blocks can skip the kernel launch: with `pool.transfer.start_persistent()`,
 `load(..., method="persistent")` hands up to 14 blocks to resident CTAs (about 8 us end to end for a
 64 KiB block on H200, against ~14 us for a launched copy); it is not ordered with any stream.
@@ -19,6 +25,7 @@ A fork fetching a few blocks can skip the kernel launch: with `pool.transfer.sta
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -54,6 +61,9 @@ class PoolCopy:
     keys: np.ndarray            # blocks copied (pinned until completion)
     event: Any                  # the extension's CopyEvent
     skipped: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))  # not stored: no room
+    # Load: asked-for blocks not copied because they left the pool after the caller's lookup (the
+    # prefix stops at the first such block); the engine recomputes them.
+    missed: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     _pool: "RemoteKvPool | None" = None
     _finished: bool = False
 
@@ -70,10 +80,14 @@ class PoolCopy:
             self._finish()
 
     def _finish(self) -> None:
-        if self._finished:
+        if self._pool is None:
+            self._finished = True
             return
-        self._finished = True
-        if self._pool is not None:
+        with self._pool._lock:
+            # Two threads may see the event done at once (a shrink polls everyone's copies): unpin once.
+            if self._finished:
+                return
+            self._finished = True
             self._pool._complete(self)
 
 
@@ -114,12 +128,15 @@ class RemoteKvPool:
         self._inflight: list[PoolCopy] = []
         self._grows = 0
         self._shrinks = 0
+        self._late_misses = 0
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ memory
 
     @property
     def capacity_bytes(self) -> int:
-        return sum(s.memory.nbytes for s in self._segments.values())
+        with self._lock:
+            return sum(s.memory.nbytes for s in self._segments.values())
 
     def _slot_range(self, index: int) -> tuple[int, int]:
         return index * self.slots_per_segment, (index + 1) * self.slots_per_segment
@@ -134,14 +151,15 @@ class RemoteKvPool:
         if memory.nbytes < self.segment_bytes:
             raise KvPoolError(f"segment {memory.segment_id} has {memory.nbytes} bytes; this pool's segments need "
                               f"{self.segment_bytes}")
-        index = self._free_index()
-        if index is None:
-            raise KvPoolError(f"the pool already holds max_segments={self.max_segments} segments")
-        self.transfer.set_segment(index, memory.address)
-        self._segments[index] = _Segment(index, memory, owned)
-        self.table.enable_slots(*self._slot_range(index))
-        self._grows += 1
-        return index
+        with self._lock:
+            index = self._free_index()
+            if index is None:
+                raise KvPoolError(f"the pool already holds max_segments={self.max_segments} segments")
+            self.transfer.set_segment(index, memory.address)
+            self._segments[index] = _Segment(index, memory, owned)
+            self.table.enable_slots(*self._slot_range(index))
+            self._grows += 1
+            return index
 
     def _device_room(self, device: int) -> int:
         """Bytes this pool may still take on `device` (headroom and max_bytes respected)."""
@@ -165,13 +183,14 @@ class RemoteKvPool:
             for target in sorted(targets, key=self._device_room, reverse=True):
                 if nbytes is not None and added + self.segment_bytes > nbytes:
                     break
-                if self._free_index() is None or self._device_room(target) < self.segment_bytes:
-                    continue
-                try:
-                    memory = allocate_segment(target, self.segment_bytes)
-                except kv_extension().KvTransferError:
-                    continue  # someone else took the memory between the check and the allocation
-                self._add(memory, owned=True)
+                with self._lock:   # two growing threads must not both take the last room
+                    if self._free_index() is None or self._device_room(target) < self.segment_bytes:
+                        continue
+                    try:
+                        memory = allocate_segment(target, self.segment_bytes)
+                    except kv_extension().KvTransferError:
+                        continue  # someone else took the memory between the check and the allocation
+                    self._add(memory, owned=True)
                 added += self.segment_bytes
                 progress = True
         return added
@@ -188,11 +207,12 @@ class RemoteKvPool:
         """
         freed = 0
         while freed < nbytes:
-            candidates = [s for s in self._segments.values() if device is None or s.memory.device == device]
-            if not candidates:
-                break
-            # Fewest blocks first: least data to move or lose.
-            victim = min(candidates, key=lambda s: self.table.used_in_range(*self._slot_range(s.index)))
+            with self._lock:
+                candidates = [s for s in self._segments.values() if device is None or s.memory.device == device]
+                if not candidates:
+                    break
+                # Fewest blocks first: least data to move or lose.
+                victim = min(candidates, key=lambda s: self.table.used_in_range(*self._slot_range(s.index)))
             freed += self.release_segment(victim.index, timeout_s=timeout_s, relocate=relocate)
         return freed
 
@@ -204,8 +224,12 @@ class RemoteKvPool:
         lo, hi = self._slot_range(index)
         deadline = time.monotonic() + timeout_s
         while True:
-            step = self.table.retire_slots(lo, hi, relocate=relocate)
+            with self._lock:
+                if self._segments.get(index) is not segment:
+                    return 0    # another thread gave it back meanwhile
+                step = self.table.retire_slots(lo, hi, relocate=relocate)
             if len(step.moved_keys):
+                # Moved blocks read as pending (pinned) until finish_move: the copy needs no lock.
                 event = self.transfer.move_slots(step.src_slots, step.dst_slots, stream=self.copy_stream)
                 try:
                     event.wait()
@@ -213,20 +237,23 @@ class RemoteKvPool:
                     for key in step.moved_keys:
                         self.table.finish_move(int(key), ok=False)
                     raise
-                for key in step.moved_keys:
-                    self.table.finish_move(int(key), ok=True)
-            if step.busy == 0 and self.table.used_in_range(lo, hi) == 0:
-                break
+                with self._lock:
+                    for key in step.moved_keys:
+                        self.table.finish_move(int(key), ok=True)
+            with self._lock:
+                if step.busy == 0 and self.table.used_in_range(lo, hi) == 0:
+                    # Empty and taking no blocks: nothing can copy into or out of it from here on.
+                    self.transfer.set_segment(index, 0)
+                    del self._segments[index]
+                    self._shrinks += 1
+                    break
             # Blocks in the segment are pinned by copies in flight: let them finish.
             if time.monotonic() > deadline:
                 raise KvPoolTimeout(f"segment {index} still has {step.busy} blocks with copies in flight after "
                                     f"{timeout_s} s (shrink/release_segment timeout_s)")
             self.poll()
             time.sleep(0.0005)
-        self.transfer.set_segment(index, 0)
-        del self._segments[index]
         segment.memory.release()
-        self._shrinks += 1
         return segment.memory.nbytes
 
     def segment_ids(self) -> dict[int, str]:
@@ -237,7 +264,9 @@ class RemoteKvPool:
 
     def lookup(self, hashes: Iterable[bytes | int] | np.ndarray) -> int:
         """How many leading blocks of `hashes` (a prefix, in order) the pool holds complete."""
-        return self.table.lookup_prefix(_keys(hashes))
+        keys = _keys(hashes)
+        with self._lock:
+            return self.table.lookup_prefix(keys)
 
     def store(self, hashes: Iterable[bytes | int] | np.ndarray, engine_blocks: Sequence[int] | np.ndarray, *,
               stream: int = 0, after: int | None = None, method: str = "auto") -> PoolCopy:
@@ -246,48 +275,71 @@ class RemoteKvPool:
         blocks = np.ascontiguousarray(engine_blocks, dtype=np.int64)
         if len(keys) != len(blocks):
             raise KvPoolError(f"store: {len(keys)} hashes but {len(blocks)} engine blocks")
-        reservation = self.table.reserve(keys)
+        with self._lock:
+            reservation = self.table.reserve(keys)
         positions = reservation.to_store()
         skipped = keys[reservation.slots == BlockTable.NO_ROOM]
         stored = keys[positions]
+        # The reserved slots are pinned and unreadable until complete_store: copy without the lock.
         try:
             event = self.transfer.store(blocks[positions], reservation.slots[positions], stream=stream, after=after,
                                         method=method)
         except Exception:
-            self.table.complete_store(stored, success=False)
+            with self._lock:
+                self.table.complete_store(stored, success=False)
             raise
         copy = PoolCopy("store", stored, event, skipped=skipped, _pool=self)
-        self._inflight.append(copy)
+        with self._lock:
+            self._inflight.append(copy)
         return copy
 
     def load(self, hashes: Iterable[bytes | int] | np.ndarray, engine_blocks: Sequence[int] | np.ndarray, *,
              stream: int = 0, after: int | None = None, method: str = "auto") -> PoolCopy:
-        """Copy pool blocks into engine blocks; every hash must be held complete (see lookup)."""
+        """Copy pool blocks into engine blocks (the hashes a lookup found).
+
+        Blocks that left the pool since that lookup (evicted, or given back with their segment) are
+        not copied: from the first of them on, the rest of the prefix is in `PoolCopy.missed` and
+        counts as missed; `PoolCopy.keys` are the blocks copied, which are the leading ones."""
         keys = _keys(hashes)
         blocks = np.ascontiguousarray(engine_blocks, dtype=np.int64)
         if len(keys) != len(blocks):
             raise KvPoolError(f"load: {len(keys)} hashes but {len(blocks)} engine blocks")
+        with self._lock:
+            try:
+                slots = self.table.acquire(keys)
+                held = len(keys)
+            except kv_extension().KvTransferError:
+                # acquire pins nothing when any block is missing: pin the prefix that is still there.
+                held = 0
+                while held < len(keys) and self.table.peek(int(keys[held])) == 1:
+                    held += 1
+                slots = self.table.acquire(keys[:held])
+                self._late_misses += len(keys) - held
+        loaded, missed = keys[:held], keys[held:]
+        # Pinned from acquire until _complete: no eviction, store or shrink touches these slots meanwhile.
         try:
-            slots = self.table.acquire(keys)
-        except kv_extension().KvTransferError as exc:
-            raise KvPoolError(f"load: {exc}") from None
-        try:
-            event = self.transfer.load(blocks, slots, stream=stream, after=after, method=method)
+            event = self.transfer.load(blocks[:held], slots, stream=stream, after=after, method=method)
         except Exception:
-            self.table.release(keys)
+            with self._lock:
+                self.table.release(loaded)
             raise
-        copy = PoolCopy("load", keys, event, _pool=self)
-        self._inflight.append(copy)
+        copy = PoolCopy("load", loaded, event, missed=missed, _pool=self)
+        with self._lock:
+            self._inflight.append(copy)
         return copy
 
     def poll(self) -> int:
         """Finish the copies that completed; how many are still in flight."""
-        for copy in list(self._inflight):
+        with self._lock:
+            copies = list(self._inflight)
+        for copy in copies:
             copy.done()
         return len(self._inflight)
 
     def wait_all(self) -> None:
-        for copy in list(self._inflight):
+        with self._lock:
+            copies = list(self._inflight)
+        for copy in copies:
             copy.wait()
 
     def _complete(self, copy: PoolCopy) -> None:
@@ -299,29 +351,34 @@ class RemoteKvPool:
 
     def clear(self) -> int:
         """Drop every block not pinned by a copy in flight; how many were dropped."""
-        return len(self.table.clear())
+        with self._lock:
+            return len(self.table.clear())
 
     # ------------------------------------------------------------------ reporting and teardown
 
     def stats(self) -> KvPoolStats:
-        t = self.table.stats()
-        by_device: dict[int, int] = {}
-        for s in self._segments.values():
-            by_device[s.memory.device] = by_device.get(s.memory.device, 0) + s.memory.nbytes
-        looked_up = t.hits + t.misses
+        with self._lock:
+            t = self.table.stats()
+            by_device: dict[int, int] = {}
+            for s in self._segments.values():
+                by_device[s.memory.device] = by_device.get(s.memory.device, 0) + s.memory.nbytes
+            segments, capacity, late = len(self._segments), self.capacity_bytes, self._late_misses
+        # A block found by lookup but gone by its load was, in the end, a miss.
+        hits, misses = max(0, t.hits - late), t.misses + late
+        looked_up = hits + misses
         return KvPoolStats(
             pool_id=self.pool_id,
-            capacity_bytes=self.capacity_bytes,
+            capacity_bytes=capacity,
             used_bytes=t.entries * self.layout.slot_bytes,
             slot_bytes=self.layout.slot_bytes,
             capacity_blocks=t.capacity,
             used_blocks=t.entries,
             pinned_blocks=t.pinned,
-            segments=len(self._segments),
+            segments=segments,
             bytes_by_device=by_device,
-            hits=t.hits,
-            misses=t.misses,
-            hit_rate=(t.hits / looked_up) if looked_up else 0.0,
+            hits=hits,
+            misses=misses,
+            hit_rate=(hits / looked_up) if looked_up else 0.0,
             stores=t.stores,
             loads=t.loads,
             evictions=t.evictions,
@@ -336,9 +393,11 @@ class RemoteKvPool:
     def close(self) -> None:
         """Wait for copies in flight, then free or close every segment."""
         self.wait_all()
-        for index in list(self._segments):
-            segment = self._segments.pop(index)
-            self.transfer.set_segment(index, 0)
+        with self._lock:
+            segments = [self._segments.pop(index) for index in list(self._segments)]
+            for segment in segments:
+                self.transfer.set_segment(segment.index, 0)
+        for segment in segments:
             segment.memory.release()
 
     def __enter__(self) -> "RemoteKvPool":

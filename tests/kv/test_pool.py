@@ -81,11 +81,19 @@ def test_blocks_being_loaded_are_pinned_and_never_evicted() -> None:
     pool.close()
 
 
-def test_load_of_a_missing_block_is_a_clear_error() -> None:
+def test_a_block_gone_since_the_lookup_is_a_miss_and_ends_the_prefix() -> None:
     pool, _, _ = _pool()
     pool.grow()
-    with pytest.raises(KvPoolError, match=r"load: .*is not in the pool"):
-        pool.load([b"nothing"], [0])
+    pool.store([b"a", b"b", b"c"], [0, 1, 2]).wait()
+    assert pool.lookup([b"a", b"b", b"c"]) == 3
+    pool.table.remove(block_keys([b"b"]))        # evicted between the lookup and the load
+    copy = pool.load([b"a", b"b", b"c"], [10, 11, 12])
+    copy.wait()
+    assert list(copy.keys) == list(block_keys([b"a"]))
+    assert list(copy.missed) == list(block_keys([b"b", b"c"]))
+    stats = pool.stats()
+    assert (stats.hits, stats.misses, stats.pinned_blocks) == (1, 2, 0)
+    assert len(pool.load([b"nothing"], [0]).missed) == 1
     with pytest.raises(KvPoolError, match="2 hashes but 1 engine blocks"):
         pool.store([b"a", b"b"], [0])
     pool.close()
