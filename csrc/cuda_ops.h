@@ -1,4 +1,6 @@
-// Everything that touches the CUDA runtime. cuda_ops.cu implements it when CMake finds nvcc;
+// Everything that touches the CUDA runtime. When CMake finds nvcc, cuda_ops.cu implements the runtime
+// calls (devices, memory, peer access, IPC, events, streams), copy_launch.cu the device layout, the SM
+// kernel's launch and the copy-engine paths, and persistent_copier.cu the persistent copier;
 // cuda_ops_stub.cpp implements the same functions for a CPU-only build (they report no devices and
 // refuse device work with a clear error). The rest of the extension is plain C++ on top of this.
 #pragma once
