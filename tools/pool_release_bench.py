@@ -1,0 +1,248 @@
+"""How long a profiling run waits for the KV pool to give memory back.
+
+Each round: the pool is filled (stores until every slot holds a block), loads keep running from
+another thread, then the scheduler's steward sees a profiling request assigned to a worker on the
+pool's device and sends its shrink over the pool control channel (a real ZeroMQ ROUTER/DEALER
+pair); the pool's `PoolControlAgent` applies it (relocating/evicting blocks, waiting for the loads
+that pin them, freeing the segments). Measured: from the steward's decision to the memory being
+freed (the agent's step returning), then the steward's grow-back restores the pool for the next
+round. The code path is the one `specgen serve` uses: KvPoolSteward.steer -> PoolController ->
+PoolControlAgent.step -> RemoteKvPool.shrink/release_segment.
+
+    python tools/pool_release_bench.py --device cpu --out release_cpu.json
+    python tools/pool_release_bench.py --device cuda:0 --pool-gib 32 --reserve-gib 8 --out release_h200.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specgen.kv.extension import kv_extension  # noqa: E402
+from specgen.kv.layout import KvLayout  # noqa: E402
+from specgen.kv.pool import RemoteKvPool  # noqa: E402
+from specgen.kv.pool_control import PoolControlAgent, PoolController  # noqa: E402
+from specgen.kv.segments import HOST, host_device_index  # noqa: E402
+from specgen.runtime.kv_steward import KvPoolSteward, WorkerPlacement  # noqa: E402
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def parse_device(text: str) -> int:
+    if text == "cpu":
+        return HOST
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise SystemExit(f"--device {text!r}: expected cpu or cuda:N")
+
+
+def check_cuda(device: int) -> None:
+    ext = kv_extension()
+    if not ext.cuda_compiled():
+        raise SystemExit("--device cuda:N needs the KV extension built with CUDA (nvcc present at `pip install -e .`, "
+                         "SPECGEN_KV_CUDA not 0); this build is CPU-only. Rebuild it, or use --device cpu.")
+    count = int(ext.device_count())
+    if device >= count:
+        raise SystemExit(f"--device cuda:{device}: the extension sees {count} CUDA device(s)")
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", help="where the pool lives: cpu (host memory) or cuda:N")
+    ap.add_argument("--pool-gib", type=float, default=0.5, help="pool size (default 0.5)")
+    ap.add_argument("--segment-mib", type=int, default=64, help="segment size, the unit of giving back (default 64)")
+    ap.add_argument("--reserve-gib", type=float, default=0.125,
+                    help="what one busy profiling device takes back (the scheduler's kv_reserve_bytes; default 0.125)")
+    ap.add_argument("--headroom-gib", type=float, default=8.0, help="GPU memory the pool never takes (default 8)")
+    ap.add_argument("--block-kib", type=int, default=64, help="KV block size (default 64)")
+    ap.add_argument("--engine-blocks", type=int, default=1024, help="blocks in the engine's cache (default 1024)")
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--load-batch", type=int, default=16, help="blocks per load in flight (default 16)")
+    ap.add_argument("--loads-in-flight", type=int, default=4, help="loads kept in flight on CUDA (default 4)")
+    ap.add_argument("--out", help="write the figures as JSON here")
+    args = ap.parse_args(argv)
+
+    device = parse_device(args.device)
+    if device != HOST:
+        check_cuda(device)
+    import torch
+
+    torch_device = "cpu" if device == HOST else f"cuda:{device}"
+    half = args.block_kib * 1024 // 2
+    # Two layers of byte pages, as vLLM's offloading connector hands the cache over.
+    tensors = [torch.randint(-128, 127, (args.engine_blocks, half), dtype=torch.int8, device=torch_device)
+               for _ in range(2)]
+    layout = KvLayout.from_tensors(tensors, args.engine_blocks)
+    pool_bytes = int(args.pool_gib * GIB)
+    pool = RemoteKvPool(layout, devices=(device,), segment_bytes=args.segment_mib * MIB, max_bytes=pool_bytes,
+                        headroom_bytes=int(args.headroom_gib * GIB), pool_id="bench-pool")
+    pool.grow()
+    full_bytes = pool.capacity_bytes
+    if full_bytes == 0:
+        raise SystemExit(f"the pool could not take any memory on {args.device} (headroom {args.headroom_gib} GiB)")
+    reserve = int(args.reserve_gib * GIB)
+    steward = KvPoolSteward(reserve_bytes=reserve, regrow_idle_s=0.0, pool_timeout_s=1e9)
+    tmp = tempfile.mkdtemp(prefix="specgen-release-bench-")
+    controller = PoolController(f"ipc://{tmp}/kv.sock")
+    agent = PoolControlAgent(pool, controller.endpoint, stats_interval_s=3600.0)
+    worker_device = host_device_index(device)
+    worker = dict(name="bench/profiler", host=socket.gethostname(), device=worker_device)
+    identity = b"bench-pool"
+
+    stop = threading.Event()
+    loads = {"blocks": 0, "missed": 0}
+    errors: list[BaseException] = []
+    next_key = [1]
+
+    def fill() -> None:
+        # New keys every time: the pool ends full of blocks that are all live (LRU evicts old ones).
+        slots = pool.stats().capacity_blocks
+        batch = 256
+        engine = np.arange(batch, dtype=np.int64) % args.engine_blocks
+        stored = 0
+        while stored < slots:
+            n = min(batch, slots - stored)
+            keys = np.arange(next_key[0], next_key[0] + n, dtype=np.uint64)
+            next_key[0] += n
+            pool.store(keys, engine[:n]).wait()
+            stored += n
+
+    def loader() -> None:
+        try:
+            rng = np.random.default_rng(0)
+            dst = np.arange(args.engine_blocks - args.load_batch, args.engine_blocks, dtype=np.int64)
+            pending = []
+            while not stop.is_set():
+                hi = next_key[0]
+                lo = max(1, hi - pool.stats().capacity_blocks)
+                if hi - lo < args.load_batch:
+                    time.sleep(0.001)
+                    continue
+                start = int(rng.integers(lo, hi - args.load_batch + 1))
+                keys = np.arange(start, start + args.load_batch, dtype=np.uint64)
+                found = pool.lookup(keys)
+                if found == 0:
+                    continue
+                copy = pool.load(keys[:found], dst[:found], method="kernel" if device != HOST else "auto")
+                loads["blocks"] += len(copy.keys)
+                loads["missed"] += len(copy.missed)
+                pending.append(copy)
+                # On a GPU the loads are asynchronous: keep several in flight while the shrink runs.
+                while len(pending) >= (args.loads_in_flight if device != HOST else 1):
+                    pending.pop(0).wait()
+            for copy in pending:
+                copy.wait()
+        except BaseException as exc:
+            errors.append(exc)
+
+    # The pool's control loop: in specgen this is PoolControlAgent.step() in the pool's own thread.
+    applied_at: list[float] = []
+
+    def control_loop() -> None:
+        try:
+            while not stop.is_set():
+                if agent.step():
+                    applied_at.append(time.perf_counter())
+                else:
+                    time.sleep(0.0001)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def wait_applied(count: int, timeout_s: float = 120.0) -> float:
+        deadline = time.monotonic() + timeout_s
+        while len(applied_at) < count:
+            if errors:
+                raise errors[0]
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the pool did not apply resize {count} within {timeout_s} s")
+            time.sleep(0.00005)
+        return applied_at[count - 1]
+
+    # The pool reports once; the controller (scheduler side) learns its identity and devices.
+    agent.step()
+    controller.wait_for("bench-pool", lambda s: s.capacity_bytes > 0, timeout_s=10.0)
+    threads = [threading.Thread(target=control_loop, daemon=True), threading.Thread(target=loader, daemon=True)]
+    for t in threads:
+        t.start()
+    rows = []
+    now = 0.0
+    try:
+        for round_index in range(args.rounds):
+            fill()
+            before = pool.stats()
+            steward.on_stats(identity, before, now)
+            loads_before = dict(loads)
+            time.sleep(0.01)               # loads run on the full pool before the request
+            applied = len(applied_at)
+            t0 = time.perf_counter()
+            requests = steward.steer([WorkerPlacement(busy=True, **worker)], now)
+            if not requests:
+                raise SystemExit(f"round {round_index}: the steward asked for no room (is --reserve-gib > 0?); "
+                                 f"pool view: {steward.views(now)}")
+            for ident, request in requests:
+                controller.resize(ident.decode(), request.target_bytes, request.request_id)
+            t1 = wait_applied(applied + 1)
+            after = pool.stats()
+            rows.append({"round": round_index, "release_ms": (t1 - t0) * 1e3,
+                         "freed_bytes": before.capacity_bytes - after.capacity_bytes,
+                         "blocks_before": before.used_blocks, "target_bytes": requests[-1][1].target_bytes,
+                         "load_blocks": loads["blocks"] - loads_before["blocks"],
+                         "load_missed": loads["missed"] - loads_before["missed"]})
+            # The device idles again: the steward grows the pool back (regrow_idle_s=0 here).
+            now += 1.0
+            steward.on_stats(identity, after, now)
+            for ident, request in steward.steer([WorkerPlacement(busy=False, **worker)], now):
+                applied = len(applied_at)
+                controller.resize(ident.decode(), request.target_bytes, request.request_id)
+                wait_applied(applied + 1)
+            now += 1.0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        agent.close()
+        controller.close()
+        pool.close()
+    if errors:
+        raise errors[0]
+
+    times = [r["release_ms"] for r in rows]
+    summary = {"p50_ms": percentile(times, 50), "p95_ms": percentile(times, 95), "p99_ms": percentile(times, 99),
+               "max_ms": max(times), "mean_freed_mib": float(np.mean([r["freed_bytes"] for r in rows])) / MIB,
+               "loaded_blocks": sum(r["load_blocks"] for r in rows),
+               "missed_blocks": sum(r["load_missed"] for r in rows)}
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    config.update(pool_bytes=full_bytes, slot_bytes=layout.slot_bytes, host=platform.node(),
+                  cuda_compiled=bool(kv_extension().cuda_compiled()), python=platform.python_version(),
+                  pid=os.getpid())
+    print(f"pool {full_bytes / MIB:.0f} MiB on {args.device}, segments {args.segment_mib} MiB, "
+          f"give-back {reserve / MIB:.0f} MiB per profiling assignment, {args.rounds} rounds, loads in flight")
+    print(f"{'':>22}{'p50':>10}{'p95':>10}{'p99':>10}{'max':>10}")
+    print(f"{'request -> freed (ms)':>22}{summary['p50_ms']:>10.2f}{summary['p95_ms']:>10.2f}"
+          f"{summary['p99_ms']:>10.2f}{summary['max_ms']:>10.2f}")
+    print(f"freed per round {summary['mean_freed_mib']:.0f} MiB; loads during the rounds: "
+          f"{summary['loaded_blocks']} blocks copied, {summary['missed_blocks']} missed")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"config": config, "summary": summary, "rounds": rows}, indent=2))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
