@@ -56,3 +56,35 @@ def final_stats(backend: object, pool_id: str):
         if view.pool == pool_id:
             return view.stats
     return None
+
+
+class LiveKvStats:
+    """The pool's latest KvPoolStats for the progress display, without blocking it: a daemon thread
+    asks the scheduler every `interval_s` (the display redraws ten times a second; the scheduler's
+    figures change about once a second, as often as the pool reports)."""
+
+    def __init__(self, backend: object, pool_id: str, interval_s: float = 1.0) -> None:
+        import threading
+
+        self._backend, self._pool_id, self._interval_s = backend, pool_id, interval_s
+        self._latest = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kv-pool-stats", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                stats = final_stats(self._backend, self._pool_id)
+            except Exception:   # a figure missed now is shown at the next poll; the job goes on
+                stats = None
+            if stats is not None:
+                self._latest = stats
+            self._stop.wait(self._interval_s)
+
+    def __call__(self):
+        return self._latest
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)

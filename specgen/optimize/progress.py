@@ -3,14 +3,18 @@
 On a terminal one status line is redrawn in place (at most ten times a second) and notable events
 (iterations, verdicts, terminations) are printed above it; elsewhere (CI logs, pipes) only the
 notable events are printed, each with the status, so a log reads as a story.
+
+With a remote KV pool, the status carries the pool's figures (hit rate, bytes moved, evictions,
+memory lent) from the latest `KvPoolStats` a source returns (`kv_pool`: a cheap callable, e.g.
+optimize/kv_pool.py's `LiveKvStats`, which polls the scheduler in a thread of its own).
 """
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
 
-from specgen.messages import JobProgress, OptimizeEvent
+from specgen.messages import JobProgress, KvPoolStats, OptimizeEvent
 
 
 def status_line(progress: JobProgress) -> str:
@@ -20,6 +24,24 @@ def status_line(progress: JobProgress) -> str:
             f"({progress.forks_running} running, {progress.fork_tokens:,} tok) | "
             f"validating {progress.validating}, profiling {progress.profiling}, "
             f"profiled {progress.profiled} | best {best}")
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} GiB"
+
+
+def kv_pool_part(stats: KvPoolStats) -> str:
+    """The KV pool's share of the status: hit rate, bytes moved (stored + loaded), evictions, and
+    the memory it holds on the evaluation devices (lent to it until a profiling run needs it)."""
+    looked_up = stats.hits + stats.misses
+    hit = f"{stats.hit_rate:.0%} of {looked_up:,}" if looked_up else "-"
+    moved = (stats.stores + stats.loads) * stats.slot_bytes
+    return (f"KV pool hit {hit} | moved {_size(moved)} | evicted {stats.evictions:,} | "
+            f"lent {_size(stats.capacity_bytes)}")
 
 
 def _last_line(text: str | None) -> str:
@@ -71,8 +93,9 @@ class ProgressDisplay:
     """Feed it every event (it is an `emit` callback)."""
 
     def __init__(self, stream: TextIO | None = None, *, live: bool | None = None,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, kv_pool: Callable[[], KvPoolStats | None] | None = None) -> None:
         self.stream = stream or sys.stderr
+        self.kv_pool = kv_pool                # settable later: the pool attaches once the cluster is up
         self.live = self.stream.isatty() if live is None else live
         self.verbose = verbose
         self._last_draw = 0.0
@@ -90,15 +113,20 @@ class ProgressDisplay:
             else:
                 self.stream.write(f"[{progress.elapsed_s:6.1f}s] {line}\n")
                 if event.kind in ("update", "iteration_finished", "termination"):
-                    self.stream.write(f"         {status_line(progress)}\n")
+                    self.stream.write(f"         {self._status(progress)}\n")
         if self.live:
             now = time.monotonic()
             if line is not None or now - self._last_draw >= 0.1:
                 self._clear()
-                self.stream.write(status_line(progress))
+                self.stream.write(self._status(progress))
                 self._drawn = True
                 self._last_draw = now
         self.stream.flush()
+
+    def _status(self, progress: JobProgress) -> str:
+        line = status_line(progress)
+        stats = self.kv_pool() if self.kv_pool is not None else None
+        return f"{line} | {kv_pool_part(stats)}" if stats is not None else line
 
     def close(self) -> None:
         if self._drawn:
