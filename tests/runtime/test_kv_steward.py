@@ -397,3 +397,38 @@ def test_a_vllm_engines_pool_is_steered_through_its_control_endpoint(
             stop.set()
             stepper.join(5)
             manager.shutdown()
+
+
+def test_assigned_profiling_work_gets_the_pools_memory_back_and_idleness_lends_it_again(tmp_path) -> None:
+    """The give-back a profiling assignment triggers, end to end in one process: the steward's shrink
+    applied by the pool's agent has freed the memory when apply returns; once the device idles, the
+    grow-back takes it again, never beyond the pool's configured size."""
+    import torch
+
+    from specgen.kv.layout import KvLayout
+    from specgen.kv.pool import RemoteKvPool
+    from specgen.kv.pool_control import PoolControlAgent
+
+    tensors = [torch.zeros(8, 4096, dtype=torch.int8) for _ in range(2)]
+    layout = KvLayout.from_tensors(tensors, 8)
+    segment = 4 * layout.slot_bytes
+    pool = RemoteKvPool(layout, devices=[-1], segment_bytes=segment, max_bytes=4 * segment, pool_id="p")
+    pool.grow()
+    pool.store(list(range(1, 9)), range(8)).wait()
+    agent = PoolControlAgent(pool, f"ipc://{tmp_path}/unbound.sock")   # apply() needs no peer
+    try:
+        s = steward(reserve=2 * segment, regrow=0.0)
+        s.on_stats(POOL, pool.stats(), now=0.0)
+        cpu_worker = WorkerPlacement(name="h/cpu0", host=pool.stats().host, device=-1, busy=True)
+        [(_, shrink)] = s.steer([cpu_worker], now=1.0)
+        assert agent.apply(shrink) == 2 * segment and pool.capacity_bytes == 2 * segment
+        s.on_stats(POOL, pool.stats(), now=1.1)
+        idle = WorkerPlacement(name="h/cpu0", host=pool.stats().host, device=-1, busy=False)
+        [(_, grow)] = s.steer([idle], now=2.0)
+        assert agent.apply(grow) == 4 * segment
+        # Asked for more than it is configured to hold, it stays at its size (max_bytes; on a GPU
+        # also headroom_bytes free).
+        assert agent.apply(KvPoolResize(target_bytes=100 * segment)) == 4 * segment
+    finally:
+        agent.close()
+        pool.close()
