@@ -114,6 +114,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "be empty or new, unless --force")
     parser.add_argument("--force", action="store_true",
                         help="write into a non-empty --out, replacing an earlier run's files")
+    parser.add_argument("--resume", default=None, metavar="DIR",
+                        help="continue the killed run in DIR with its own settings (other options "
+                             "but --quiet are not read): completed iterations stand, the one in "
+                             "progress runs again from its start, and no candidate is evaluated "
+                             "twice")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(func=run_optimize)
 
@@ -249,16 +254,19 @@ def _devices(args: argparse.Namespace) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict[str, Any],
-                        runtime_settings: list[str] = (), kv_control: bool = False) -> AsyncIterator[Any]:
+                        runtime_settings: list[str] = (), kv_control: bool = False,
+                        state_dir: Path | None = None) -> AsyncIterator[Any]:
     """A scheduler and a node over `devices` on this machine, up for the duration of the block;
-    `cluster.backend()` gives each job a backend of its own (several jobs share the cluster)."""
+    `cluster.backend()` gives each job a backend of its own (several jobs share the cluster).
+    `state_dir` keeps the scheduler's journal (default: a temporary directory, gone after)."""
     from specgen.runtime.local import LocalCluster
     from specgen.runtime.settings import RuntimeSettings
 
     settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
                                eval_options=dict(eval_options))
     settings = settings.with_overrides(list(runtime_settings))
-    cluster = LocalCluster(devices=devices, settings=settings, kv_control=kv_control)
+    cluster = LocalCluster(devices=devices, settings=settings, kv_control=kv_control,
+                           state_dir=state_dir)
     await asyncio.to_thread(cluster.start)
     try:
         yield cluster
@@ -270,16 +278,18 @@ async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict
 async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
                              eval_options: dict[str, Any], runtime_settings: list[str] = (),
                              on_kv_control: Callable[[str | None], None] | None = None,
-                             ) -> AsyncIterator[Any]:
+                             state_dir: Path | None = None) -> AsyncIterator[Any]:
     """An EvaluationBackend over `devices`, up for the duration of the block.
 
     `runtime_settings` are `NAME=VALUE` overrides of the local runtime's settings. With
     `on_kv_control`, the scheduler opens its KV pools' control channel and the callback gets its
-    endpoint before the block runs (None for in-process evaluation: no scheduler)."""
+    endpoint before the block runs (None for in-process evaluation: no scheduler). `state_dir`:
+    where the local scheduler keeps its journal (in-process evaluation has none)."""
     if kind == "runtime":
         async with local_cluster(devices, elastic=elastic, eval_options=eval_options,
                                  runtime_settings=runtime_settings,
-                                 kv_control=on_kv_control is not None) as cluster:
+                                 kv_control=on_kv_control is not None,
+                                 state_dir=state_dir) as cluster:
             if on_kv_control is not None:
                 on_kv_control(cluster.kv_control_endpoint)
             yield cluster.backend()
@@ -338,13 +348,59 @@ def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine) -> OptimizeSpec
     )
 
 
+_NOT_SAVED = ("func", "resume", "force", "quiet")
+
+
+def _saved_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+            if k not in _NOT_SAVED}
+
+
+def _resumed_args(args: argparse.Namespace) -> tuple[argparse.Namespace, OptimizeSpec] | None:
+    """The settings of the run in `args.resume` (None when it has finished: said, nothing to do)."""
+    import msgspec
+
+    from specgen.messages import OptimizeResult
+    from specgen.optimize.outputs import read_run_settings
+
+    run_dir = Path(args.resume)
+    options, spec = read_run_settings(run_dir)
+    result_path = run_dir / "result.json"
+    if result_path.is_file():
+        try:
+            result = msgspec.json.decode(result_path.read_bytes(), type=OptimizeResult)
+            how = f"{result.status}: {result.stop_reason}"
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            how = "its result.json is there"
+        print(f"The run in {run_dir} is finished ({how}); nothing to resume.")
+        return None
+    if options.get("scheduler"):
+        raise UsageError(f"the run in {run_dir} was a job of the scheduler at {options['scheduler']}: "
+                         f"it lives in that scheduler's journal (follow it there), not in {run_dir}")
+    resumed = argparse.Namespace(**options)
+    if resumed.keys is not None:
+        resumed.keys = Path(resumed.keys)
+    resumed.out, resumed.force, resumed.quiet, resumed.resume = str(run_dir), False, args.quiet, args.resume
+    resumed.func = args.func
+    return resumed, spec
+
+
 def run_optimize(args: argparse.Namespace) -> int:
     from specgen.messages import OptimizeEvent
     from specgen.optimize.loop import run_job
     from specgen.optimize.modes import Mechanisms, check_spec
-    from specgen.optimize.outputs import RunWriter, check_out_dir, clear_run_files
+    from specgen.optimize.outputs import (
+        JOURNAL_DIR, SCHEDULER_STATE, LoopJournal, ResumedRun, RunWriter, check_out_dir,
+        clear_run_files, write_run_settings,
+    )
     from specgen.optimize.progress import ProgressDisplay
 
+    resumed_spec = None
+    if args.resume:
+        found = _resumed_args(args)
+        if found is None:
+            return 0
+        args, resumed_spec = found
     # Everything the command line can get wrong is checked before anything is said or started.
     plan = _plan(args)
     devices = _devices(args)
@@ -363,7 +419,7 @@ def run_optimize(args: argparse.Namespace) -> int:
         from specgen.runtime.settings import RuntimeSettings
 
         RuntimeSettings().with_overrides(args.runtime_settings)
-    if args.out:
+    if args.out and not args.resume:
         check_out_dir(Path(args.out), args.force)   # before an engine loads a model
     if args.scheduler:
         for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
@@ -375,18 +431,27 @@ def run_optimize(args: argparse.Namespace) -> int:
     # A job sent to a scheduler makes its engine in its reasoner there; only a replayed trace is
     # opened here too, for its number of iterations.
     engine = None if args.scheduler and plan.llm != "replay" else _make_engine(plan, args)
-    spec = _spec(plan, args, engine)
+    spec = resumed_spec if resumed_spec is not None else _spec(plan, args, engine)
     check_spec(spec)
 
     out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
-    check_out_dir(out_dir, args.force)
-    if args.force:
-        clear_run_files(out_dir)   # one folder, one run: nothing of the earlier one stays
-    writer = RunWriter(out_dir)
+    if not args.resume:
+        check_out_dir(out_dir, args.force)
+        if args.force:
+            clear_run_files(out_dir)   # one folder, one run: nothing of the earlier one stays
+        write_run_settings(out_dir, _saved_options(args), spec)
+    writer = RunWriter(out_dir, append=bool(args.resume))
     display = None if args.quiet else ProgressDisplay(sys.stderr)
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
     if plan.notice:
         say(plan.notice)
+    resume = None
+    if args.resume:
+        resume = ResumedRun.read(out_dir)
+        say(f"Resuming {spec.job_id} in {out_dir}: {len(resume.iterations)} iteration(s) done, "
+            f"{len(resume.candidates)} candidate(s) and {len(resume.updates)} verdict(s) "
+            f"journaled; iteration {len(resume.iterations) + 1} runs again from its start, "
+            f"and the wall-time budget starts again.")
 
     def emit(event: OptimizeEvent) -> None:
         writer(event)
@@ -398,13 +463,16 @@ def run_optimize(args: argparse.Namespace) -> int:
             result = run()
         finally:
             writer.close()
+            journal.close()
             if display is not None:
                 display.close()
         written = writer.finish(result)
         _summary(result, written, say if not args.quiet else (lambda text: print(text)))
         return 0 if result.status != "failed" else 1
 
+    journal = LoopJournal(out_dir)
     if args.scheduler:
+        journal.close()   # the scheduler's journal holds this job
         return finish(lambda: _submit(args, plan, spec, emit, say))
     on_cpu = all(d == "cpu" for d in devices)
     say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
@@ -425,9 +493,10 @@ def run_optimize(args: argparse.Namespace) -> int:
                                       eval_options=eval_options,
                                       runtime_settings=args.runtime_settings,
                                       on_kv_control=attach_kv_pool if kv_plan.on else None,
+                                      state_dir=out_dir / JOURNAL_DIR / SCHEDULER_STATE,
                                       ) as backend:
             try:
-                result = await run_job(spec, engine, backend, emit)
+                result = await run_job(spec, engine, backend, emit, journal=journal, resume=resume)
                 if pool_id:
                     from specgen.optimize.kv_pool import final_stats
 

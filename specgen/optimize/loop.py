@@ -37,11 +37,12 @@ from specgen.messages import (
 )
 from specgen.optimize import prompts
 from specgen.backend import BackendLoad, EvaluationBackend
-from specgen.optimize.dedup import Deduplicator
+from specgen.optimize.dedup import Deduplicator, fingerprint
 from specgen.optimize.extraction import extract_candidate, extract_fork_candidate
 from specgen.optimize.fork_prompt import FORK_STOP, ForkPromptBuilder
 from specgen.optimize.metrics import compute_metrics
 from specgen.optimize.modes import Mechanisms, check_spec
+from specgen.optimize.outputs import LoopJournal, ResumedRun
 from specgen.optimize.termination import (
     JobStanding,
     TerminationCriterion,
@@ -69,15 +70,19 @@ async def run_job(
     trigger_policy: PolicyFactory | None = None,
     criterion: TerminationCriterion | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    journal: LoopJournal | None = None,
+    resume: ResumedRun | None = None,
 ) -> OptimizeResult:
     """Run one optimize job to its end and return the best correct kernel with the full history.
 
     `trigger_policy` (a factory: one fresh policy per reasoning stream) and `criterion` replace the
     ones the spec describes, for experiments with other policies. `clock` times the job: its
-    timestamps, the wall-time budget and the wait for verdicts owed.
+    timestamps, the wall-time budget and the wait for verdicts owed. `journal` records what the
+    job learns as it goes; `resume` (read from such a journal) continues a run that was killed:
+    see `OptimizeJob._restore` for what carries over.
     """
     job = OptimizeJob(spec, engine, backend, emit, trigger_policy=trigger_policy,
-                      criterion=criterion, clock=clock)
+                      criterion=criterion, clock=clock, journal=journal, resume=resume)
     return await job.run()
 
 
@@ -108,10 +113,12 @@ class OptimizeJob:
     def __init__(self, spec: OptimizeSpec, engine: Engine, backend: EvaluationBackend,
                  emit: EmitFn | None = None, *, trigger_policy: PolicyFactory | None = None,
                  criterion: TerminationCriterion | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, journal: LoopJournal | None = None,
+                 resume: ResumedRun | None = None) -> None:
         check_spec(spec)
         self.spec = spec
         self.clock = clock
+        self.journal = journal
         self.engine = engine
         self.backend = backend
         self._emit_fn = emit
@@ -150,6 +157,11 @@ class OptimizeJob:
         self._candidate_count = 0
         self.started_at = 0.0
         self._t0: float | None = None
+        self._first_iteration = 0
+        self._carried: dict[str, CandidateRecord] = {}   # fingerprint -> found before a resume
+        self._resubmit: list[CandidateRecord] = []
+        if resume is not None:
+            self._restore(resume)
 
     # ------------------------------------------------------------------------------ running
 
@@ -167,6 +179,8 @@ class OptimizeJob:
         except EngineError as exc:
             self._fail(f"engine {self.engine.name} did not start: {exc}")
         consumer = asyncio.create_task(self._consume_updates(), name=f"{self.job_id}-updates")
+        for record in self._resubmit:
+            self._start_submit(record)
         watchdog = asyncio.create_task(self._watch_time(), name=f"{self.job_id}-watchdog")
         main = asyncio.create_task(self._iterate(), name=f"{self.job_id}-iterations")
         stop_wait = asyncio.create_task(self.job_stop.wait())
@@ -190,7 +204,10 @@ class OptimizeJob:
         return result
 
     async def _iterate(self) -> None:
-        for index in range(self.spec.max_iterations):
+        if self.target_reason is not None:       # a resumed run whose journal holds the target
+            self._stop_job("target_reached", self.target_reason)
+            return
+        for index in range(self._first_iteration, self.spec.max_iterations):
             if self.job_stop.is_set():
                 return
             state = self._begin_iteration(index)
@@ -244,6 +261,13 @@ class OptimizeJob:
             self.no_candidate_notes.append(
                 f"Iteration {record.index + 1} produced no complete ```python block defining "
                 f"ModelNew (reasoning ended: {record.finish_reason or 'aborted'}).")
+        if self.journal is not None:
+            self.journal.iteration(
+                record, [r for r in self.reasoning if r.iteration == record.index], state.forks,
+                {"reasoning_tokens": self.reasoning_tokens, "fork_tokens": self.fork_tokens,
+                 "forks_skipped": self.forks_skipped, "fork_count": self._fork_count,
+                 "workers_seen": self.workers_seen, "recent_fork_yields": self.recent_fork_yields,
+                 "no_candidate_notes": self.no_candidate_notes})
         self._emit("iteration_finished", iteration=record.index, reason=record.stop_reason)
 
     async def _run_single(self, state: _IterationState, *, speculate: bool,
@@ -503,6 +527,10 @@ class OptimizeJob:
                        request_id: str, position: int) -> CandidateRecord | None:
         if self.job_stop.is_set():
             return None
+        if self._carried:
+            carried = self._carried.pop(fingerprint(source), None)
+            if carried is not None:
+                return self._found_again(state, carried, request_id, position)
         candidate_id = f"c{self._candidate_count:03d}"
         self._candidate_count += 1
         admission = self.dedup.admit(source, candidate_id)
@@ -515,23 +543,84 @@ class OptimizeJob:
         if admission.duplicate_of is not None:
             record.duplicate_of = admission.duplicate_of
             record.status = "duplicate"
+        if self.journal is not None:
+            # Before it is submitted: a candidate the backend has seen is always in the journal.
+            self.journal.candidate(record)
+        if record.status == "duplicate":
             self._emit("duplicate", iteration=record.iteration, request_id=request_id,
                        candidate_id=candidate_id, origin=origin, position=position,
                        reason=f"same program as {admission.duplicate_of}")
             return record
-        submission = CandidateSubmission(
-            job_id=self.job_id, candidate_id=candidate_id, problem_name=self.spec.problem_name,
-            problem_source=self.spec.problem_source, candidate_source=source, origin=origin,
-            iteration=record.iteration, extracted_at=record.extracted_at,
-            deadline=(self.started_at + self.spec.time_budget_s
-                      if self.spec.time_budget_s is not None else None),
-        )
-        task = asyncio.create_task(self._submit(record, submission), name=f"submit-{candidate_id}")
-        self._submit_tasks.add(task)
-        task.add_done_callback(self._submit_tasks.discard)
+        self._start_submit(record)
         self._emit("candidate", iteration=record.iteration, request_id=request_id,
                    candidate_id=candidate_id, origin=origin, position=position)
         return record
+
+    def _start_submit(self, record: CandidateRecord) -> None:
+        submission = CandidateSubmission(
+            job_id=self.job_id, candidate_id=record.candidate_id,
+            problem_name=self.spec.problem_name, problem_source=self.spec.problem_source,
+            candidate_source=record.source, origin=record.origin, iteration=record.iteration,
+            extracted_at=record.extracted_at,
+            deadline=(self.started_at + self.spec.time_budget_s
+                      if self.spec.time_budget_s is not None else None),
+        )
+        task = asyncio.create_task(self._submit(record, submission),
+                                   name=f"submit-{record.candidate_id}")
+        self._submit_tasks.add(task)
+        task.add_done_callback(self._submit_tasks.discard)
+
+    def _found_again(self, state: _IterationState, record: CandidateRecord, request_id: str,
+                     position: int) -> CandidateRecord:
+        """The iteration a resume replays found a program its first run had found: the same
+        candidate (its id, its verdicts or its evaluation still owed), not a new one."""
+        state.candidate_ids.append(record.candidate_id)
+        self._emit("candidate", iteration=state.record.index, request_id=request_id,
+                   candidate_id=record.candidate_id, origin=record.origin, position=position,
+                   reason="found again after a resume: evaluated once, under its first id")
+        if record.status == "correct":
+            self._judge(record)
+        return record
+
+    def _restore(self, run: ResumedRun) -> None:
+        """Take over a killed run's journal. Completed iterations stand as they were (records,
+        forks, tokens) and are not run again; the run goes on with the iteration that was in
+        progress, from its start. Every candidate found before keeps its id and the verdicts
+        that were journaled; one found again by the replayed iteration is that same candidate;
+        one still owed a verdict is submitted again under its id (a scheduler whose journal has
+        its verdicts answers from there)."""
+        self.iterations = list(run.iterations)
+        self.reasoning = list(run.reasoning)
+        self.forks = list(run.forks)
+        c = run.counters
+        self.reasoning_tokens = int(c.get("reasoning_tokens", 0))
+        self.fork_tokens = int(c.get("fork_tokens", 0))
+        self.forks_skipped = int(c.get("forks_skipped", 0))
+        self._fork_count = int(c.get("fork_count", 0))
+        self.workers_seen = int(c.get("workers_seen", 0))
+        self.recent_fork_yields = [bool(y) for y in c.get("recent_fork_yields", [])]
+        self.no_candidate_notes = [str(n) for n in c.get("no_candidate_notes", [])]
+        self._first_iteration = len(run.iterations)
+        for record in run.candidates.values():
+            self.candidates[record.candidate_id] = record
+            self.dedup.admit(record.source, record.candidate_id)
+            with contextlib.suppress(ValueError):
+                self._candidate_count = max(self._candidate_count, int(record.candidate_id[1:]) + 1)
+        for update in run.updates:
+            record = self.candidates.get(update.candidate_id)
+            if record is not None and record.status not in _FINAL:
+                self._record_verdict(record, update)
+        for record in self.candidates.values():
+            if record.status == "correct" and record.speedup is not None and (
+                    self.best is None or record.speedup > (self.best.speedup or 0.0)):
+                self.best = record
+            if record.duplicate_of is None and record.iteration >= self._first_iteration:
+                self._carried.setdefault(record.fingerprint, record)
+        self._resubmit = [r for r in self.candidates.values() if r.status == "pending"]
+        target = self.spec.target_speedup
+        if target is not None and self.best is not None and (self.best.speedup or 0.0) >= target:
+            self.target_reason = (f"{self.best.candidate_id} reached {self.best.speedup:.3g}x "
+                                  f"(target {target:.3g}x) before the resume")
 
     async def _submit(self, record: CandidateRecord, submission: CandidateSubmission) -> None:
         try:
@@ -552,6 +641,8 @@ class OptimizeJob:
             record = self.candidates.get(update.candidate_id)
             if record is None or record.status in _FINAL:
                 continue
+            if update.stage == "validate" and record.validation is not None:
+                continue   # a backend answering a resubmitted candidate repeats what it said
             self._apply_update(record, update)
             await self._notify_verdicts()
 
@@ -560,6 +651,15 @@ class OptimizeJob:
             self._verdicts.notify_all()
 
     def _apply_update(self, record: CandidateRecord, update: CandidateUpdate) -> None:
+        if self.journal is not None:
+            self.journal.update(update)
+        self._record_verdict(record, update)
+        self._emit("update", iteration=record.iteration, candidate_id=record.candidate_id,
+                   origin=record.origin, update=update)
+        if record.status == "correct":
+            self._judge(record)
+
+    def _record_verdict(self, record: CandidateRecord, update: CandidateUpdate) -> None:
         verdict = update.verdict
         if update.cancelled:
             record.status = "cancelled"
@@ -578,10 +678,6 @@ class OptimizeJob:
                 record.status = "failed" if (not verdict.compiled or verdict.flags) else "incorrect"
         if record.status != "pending":
             record.feedback_at = self.clock.wall()
-        self._emit("update", iteration=record.iteration, candidate_id=record.candidate_id,
-                   origin=record.origin, update=update)
-        if record.status == "correct":
-            self._judge(record)
 
     def _judge(self, record: CandidateRecord) -> None:
         speedup = record.speedup

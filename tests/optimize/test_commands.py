@@ -145,14 +145,18 @@ def test_a_killed_optimize_leaves_no_scheduler_node_worker_or_directory(tmp_path
 
         pids, modules = wait_for(cluster_up, 180, "the embedded cluster to start", interval=0.2)
         [scheduler_argv] = [a for a in modules.values() if "specgen.runtime.scheduler" in a]
-        tmp = Path(scheduler_argv[scheduler_argv.index("--state-dir") + 1]).parent
+        tmp = Path(scheduler_argv[scheduler_argv.index("--remove-if-orphaned") + 1])
         assert tmp.name.startswith("specgen-local-") and tmp.is_dir()
+        # The scheduler's journal is the run's (for --resume), not the cluster's temporary one.
+        state = Path(scheduler_argv[scheduler_argv.index("--state-dir") + 1])
+        assert state == out / "journal" / "scheduler"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         started = time.monotonic()
         wait_for(lambda: not alive(pids), 30, "the scheduler, node and workers to exit")
         wait_for(lambda: not tmp.exists(), 30, f"{tmp} to be removed")
         assert time.monotonic() - started < 30
+        assert (state / "journal.sqlite3").is_file()
     finally:
         if proc.poll() is None:
             proc.kill()
