@@ -11,7 +11,7 @@ Importing this package does not import torch: only runner subprocesses do.
 from specgen.eval.api import evaluate
 from specgen.eval.loader import CandidateSource, ProblemSource, load_candidate, load_problem
 from specgen.eval.options import EvalOptions
-from specgen.eval.static_guards import FLAG_CODES, flag_code
+from specgen.eval.guards import FLAG_CODES, flag_code
 from specgen.eval.worker import EvalWorker
 
 __all__ = ["evaluate", "EvalWorker", "EvalOptions", "load_problem", "load_candidate",

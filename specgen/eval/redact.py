@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
-from specgen.eval.static_guards import FLAG_CODES
+from specgen.eval.guards import FLAG_CODES
 from specgen.messages import Verdict
 
 MAX_ERROR_CHARS = 4000

@@ -33,7 +33,7 @@ from specgen.eval.protocol import (BuildJob, BuildResult, RefTiming, RunJob, Run
                                    RunResult)
 from specgen.eval.redact import redact_verdict
 from specgen.eval.sandbox import SandboxSpec, SandboxStatus
-from specgen.eval.static_guards import scan_source
+from specgen.eval.guards.static import scan_source
 from specgen.messages import CandidateSubmission, Verdict
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from specgen.eval import FLAG_CODES, EvalOptions, EvalWorker, flag_code, load_candidate, load_problem
-from specgen.eval.static_guards import scan_source
+from specgen.eval.guards.static import scan_source
 from tests.eval.conftest import BUNDLED, codes, header, submission
 from tests.eval.test_problems import NAMES
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specgen.eval import FLAG_CODES, flag_code
-from specgen.eval.static_guards import scan_source
+from specgen.eval.guards.static import scan_source
 from tests.eval.conftest import BUNDLED, HERE, codes, header, submission
 
 CHEATS = sorted((HERE / "redteam").glob("*.py"))

@@ -5,7 +5,8 @@ import ast
 
 import pytest
 
-from specgen.eval.static_guards import FLAG_CODES, flag_code, scan_source
+from specgen.eval.guards import FLAG_CODES, flag_code
+from specgen.eval.guards.static import scan_source
 from tests.eval.conftest import BUNDLED, HERE
 
 

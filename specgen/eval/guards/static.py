@@ -1,41 +1,16 @@
 """Static cheat guards: what a candidate's source shows before it runs.
 
-Each finding is a flag string `"<code>: <reason>"`; the codes are listed in `FLAG_CODES` (shared
-with the dynamic guards). A flagged candidate is rejected even when its outputs match, because
-these patterns are how known reward hacks work (timer patches, side streams, fallbacks to
-PyTorch, memoization, lazy tensors, precision changes, reaching outside its own module). The
-dynamic guards in the runner catch what a rename or an indirection hides from this scan.
+Each finding is a flag string `"<code>: <reason>"`; the codes are listed in
+`specgen.eval.guards.FLAG_CODES` (shared with the runtime guards and the probes). A flagged
+candidate is rejected even when its outputs match, because these patterns are how known reward
+hacks work (timer patches, side streams, fallbacks to PyTorch, memoization, lazy tensors,
+precision changes, reaching outside its own module). The runtime guards and the probes catch
+what a rename or an indirection hides from this scan.
 """
 from __future__ import annotations
 
 import ast
 import re
-
-# code -> what it means; tests and callers match on the code before the colon.
-FLAG_CODES: dict[str, str] = {
-    "try-fallback": "errors swallowed by try/except: a fallback path can hide a failing kernel",
-    "timer-patch": "timers, events or synchronization replaced",
-    "monkey-patch": "attributes of an imported module replaced",
-    "thread": "work started on other threads or processes",
-    "side-stream": "work launched on a CUDA stream other than the current one",
-    "lazy-tensor": "a tensor subclass or dispatch hook that can defer or fake work",
-    "memoized": "results cached across calls (by value, shape or data pointer)",
-    "precision": "precision lowered beyond the problem's tolerance or global precision changed",
-    "introspection": "reads outside its own module (frames, gc, sys.modules, ctypes)",
-    "custom-kernel-not-run": "the custom kernel it defines never ran (failed build, fallback)",
-    "kernel-error-fallback": "its kernel raised and the candidate carried on without it",
-    "same-output-buffer": "the same output storage returned on every call",
-    "output-aliases-input": "the output shares memory with an input",
-    "output-aliases-persistent": "the output shares memory with the module's own tensors",
-    "mutated-inputs": "inputs changed by the call",
-    "tensor-subclass": "the output is not a plain torch.Tensor",
-    "hard-coded-shape": "fails on a second input shape the problem allows",
-    "parameter-mismatch": "its parameters do not line up with the reference's",
-    "initial-params-only": "matches the reference only at the initial parameter values",
-    "reads-reference-output": "its output is the reference's output tensor",
-    "problem-namespace": "the problem's module was changed",
-    "beyond-floor": "faster than the device's memory-bandwidth or compute floor allows",
-}
 
 _TIMER_WORDS = ("perf_counter", "monotonic", "time", "process_time", "Event", "elapsed_time",
                 "record", "synchronize", "do_bench", "Timer", "benchmark")
@@ -263,8 +238,3 @@ def scan_source(tree: ast.Module) -> list[str]:
     scanner = _Scanner()
     scanner.visit(tree)
     return list(scanner.flags.values())
-
-
-def flag_code(flag: str) -> str:
-    """The code of a flag string ("side-stream: ..." -> "side-stream")."""
-    return flag.split(":", 1)[0]

@@ -3,7 +3,8 @@
 * `Sentinels` remembers the identity of every attribute of the modules and classes the evaluation
   trusts (timers, events, synchronization, comparison functions, RNG, torch's functional ops,
   `nn.Module` classes, the problem's own module). After the candidate's module ran and after each
-  of its calls, anything replaced is reported (and put back, so the harness stays trustworthy).
+  of its calls, anything replaced is reported (`probes.check_globals`) and put back, so the
+  harness stays trustworthy.
 * `LaunchCounter` counts Triton kernel launches (compiled or interpreted) and errors they raise.
 * `ThreadCounter` counts threads the candidate starts.
 * `precision_state()` reads the global settings that change numerical precision.
