@@ -251,6 +251,7 @@ def _describe(config: BenchConfig) -> dict[str, Any]:
             "time_budget_s": config.time_budget_s,
             "target_speedup": config.target_speedup, "best_of_n": config.best_of_n,
             "prebuilt": config.prebuild and config.cache_dir is not None,
+            "eval_timeout_s": config.eval_options.get("timeout_s", _default_timeout_s()),
             "problems": [{"name": p.name, "turns": len(p.trace.iterations),
                           "trace_model": p.trace.metadata.model,
                           "hand_written": p.trace.metadata.hand_written} for p in config.problems],
@@ -297,3 +298,9 @@ def generated_problems(count: int, turns: int, seed: int, names: list[str] | Non
     return [BenchProblem(f"{name}#{i}" if chosen.count(name) > 1 else name,
                          bundled[name].read_text(), trace)
             for i, (name, trace) in enumerate(zip(chosen, traces))]
+
+
+def _default_timeout_s() -> float:
+    from specgen.eval.options import EvalOptions
+
+    return EvalOptions().timeout_s

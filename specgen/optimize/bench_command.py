@@ -39,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="modelled LLM time runs this many times faster than real time (evaluation does not)")
     p.add_argument("--concurrency", type=int, default=4, help="jobs at once per mode")
     p.add_argument("--devices", default="", help="evaluation devices, e.g. cuda:0,cuda:1 (default: GPUs, else 2 CPU workers)")
+    p.add_argument("--eval-timeout", type=float, default=None, metavar="S",
+                   help="wall seconds one candidate's run may take (default: the evaluation's 300)")
     p.add_argument("--no-prefix-cache", action="store_true", help="forks pay for their whole prompt")
     p.add_argument("--time-budget", type=float, default=None, help="wall seconds per job")
     p.add_argument("--no-prebuild", action="store_true",
@@ -117,6 +119,8 @@ def bench_main(args: argparse.Namespace) -> int:
                        prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
                        label="main", cache_dir=args.out.resolve() / "eval-cache",
                        prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens)
+    if args.eval_timeout is not None:
+        base.eval_options = {**base.eval_options, "timeout_s": args.eval_timeout}
     base.check()
     variants = [("main", base)]
     if args.kv_pool_effect:

@@ -24,10 +24,11 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     out = tmp_path / "bench"
     code = main(["bench", "--generate", "2", "--turns", "1", "--concurrency", "2", "--speed", "40",
                  "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
-                 "--out", str(out), "--quiet"])
+                 "--eval-timeout", "120", "--out", str(out), "--quiet"])
     assert code == 0
     data = json.loads((out / "results.json").read_text())
     assert data["config"]["fork_model"] == "draft" and "CPU timing" in data["hardware"]
+    assert data["config"]["eval_timeout_s"] == 120
     assert {(j["mode"], j["problem"]) for j in data["jobs"]} == {
         (m, p) for m in ("specgen", "sequential") for p in ("softmax#0", "softmax#1")}
     for job in data["jobs"]:
