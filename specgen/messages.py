@@ -3,7 +3,8 @@
 Typed msgspec structs encoded as msgpack. Decoding is strict: a frame that does not match its
 declared type is rejected with a clear error, never half-read. Nothing here is pickled.
 
-Sections: evaluation (the verdict every part of the system reports), then the actor runtime.
+Sections: evaluation (the verdict every part of the system reports), the evaluation runners (a
+worker and its runner subprocesses, over pipes), the optimize loop, the actor runtime, KV pools.
 """
 from __future__ import annotations
 
@@ -70,6 +71,138 @@ class CandidateUpdate(msgspec.Struct, kw_only=True, gc=False):
     started_at: float = 0.0                 # wall clock
     finished_at: float = 0.0                # wall clock
     cancelled: bool = False                 # the job stopped wanting it before it ran
+
+
+# --------------------------------------------------------------------------- evaluation runners
+# Frames between an evaluation worker and the runner and build subprocesses it starts
+# (specgen/eval/worker.py, runner.py). They never leave the host: length-prefixed over a pipe pair
+# (specgen/eval/protocol.py), one job in and one result out per process.
+
+# Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
+TIMING_METHOD = "m2"
+
+
+class EvalOptions(msgspec.Struct, kw_only=True, frozen=True):
+    """How to validate and profile a candidate. Defaults follow KernelBench where it is sound."""
+
+    # --- correctness
+    trials: int = 5                         # correctness trials, each with a fresh seed
+    seed: int | None = None                 # base seed; None draws a fresh one per evaluation
+    atol: float | None = None               # override the per-dtype absolute tolerance
+    rtol: float | None = None               # override the per-dtype relative tolerance
+    second_shape: bool = True               # re-run on perturbed input shapes when the problem allows it
+    randomized_params: bool = True          # a trial with random parameters loaded into both models
+
+    # --- profiling
+    warmup: int = 3                         # untimed calls before the timed ones
+    timing_trials: int = 50                 # timed calls; the first is dropped
+    input_sets: int = 4                     # distinct input sets rotated through the timed calls
+    l2_flush_mb: int = 256                  # buffer overwritten before each timed call
+    compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
+    cache_ref_timing: bool = True           # reuse the reference's timing per problem/device/settings
+    floor_check: bool = True                # flag speedups beyond the memory-bandwidth/compute floor
+    peak_bandwidth_gbs: float | None = None  # override the device's peak memory bandwidth (GB/s)
+    peak_tflops: float | None = None        # override the device's peak rate for the problem's dtype
+
+    # --- limits
+    timeout_s: float = 300.0                # wall clock for one candidate's run subprocess
+    build_timeout_s: float = 900.0          # wall clock for one candidate's extension build
+    spawn_timeout_s: float = 120.0          # a spare process must be ready within this
+    memory_limit_mb: int = 8192             # host memory a candidate may add on top of the runner's
+    gpu_memory_fraction: float = 0.9        # share of the GPU's memory the runner may allocate
+
+    # --- isolation (eval/sandbox.py)
+    sandbox: str = "required"               # "required": refuse candidates where no sandbox can be
+    #                                         made; "optional": run them unsandboxed there (labelled
+    #                                         sandbox "none"); "off": never sandbox (trusted code only)
+    scratch_mb: int = 1024                  # size of a sandboxed run's private /tmp
+    max_processes: int = 512                # processes and threads a sandboxed run may have
+
+    # --- where
+    cache_dir: str | None = None            # shared build and reference-timing cache; None: work_dir/cache
+    problem_scale: str = "auto"             # SPECGEN_PROBLEM_SCALE for the problem: auto = small on CPU
+
+    def resolved_scale(self, device: str) -> str:
+        if self.problem_scale != "auto":
+            return self.problem_scale
+        return "small" if device == "cpu" else "full"
+
+    def timing_key(self) -> str:
+        """The settings a reference timing depends on (part of its cache key)."""
+        # TIMING_METHOD: a timing taken by an older method is never reused.
+        return (f"{TIMING_METHOD}-w{self.warmup}-t{self.timing_trials}-s{self.input_sets}-l2{self.l2_flush_mb}"
+                f"-c{int(self.compile_baseline)}")
+
+
+class RunnerReady(msgspec.Struct, kw_only=True):
+    """First frame of every runner: imports done, device context live."""
+
+    pid: int                                # the runner's os.getpid() (its PID namespace's, when sandboxed)
+    device: str                             # device as the runner sees it ("cpu" or "cuda:0")
+    device_name: str                        # e.g. "NVIDIA H200" or the CPU model
+    capability: str = ""                    # CUDA compute capability "9.0"; "" on CPU
+    torch_version: str = ""                 # torch.__version__ (part of cache keys)
+    triton_version: str = ""                # triton.__version__, "" without Triton
+    startup_s: float = 0.0                  # interpreter start to ready
+
+
+class RefTiming(msgspec.Struct, kw_only=True):
+    """A reference timing, cached per problem source, device and timing settings."""
+
+    ref_ms: float                           # median time of the reference Model
+    ref_spread: float                       # (p75 - p25) / median of its timings
+    ref_compiled_ms: float | None = None    # median time of torch.compile(Model), when asked for
+    samples: int = 0                        # timed calls the median is taken over
+
+
+class RunJob(msgspec.Struct, kw_only=True):
+    """One candidate to evaluate, sent to a ready runner (which then exits)."""
+
+    stage: str                              # "validate" | "profile" | "full" | "reference"
+    problem_source: str                     # KernelBench-format reference program
+    problem_name: str                       # for messages and the module's name
+    candidate_source: str                   # the ModelNew program ("" for stage "reference")
+    options: EvalOptions                    # how to validate and profile
+    reported_device: str                    # the device name verdicts carry ("cuda:1")
+    job_dir: str                            # scratch space for this candidate
+    cache_dir: str                          # shared build/timing cache
+    build_dir: str                          # this worker's own build directory
+    ref_timing: RefTiming | None = None     # cached reference timing, when there is one
+
+
+class RunResult(msgspec.Struct, kw_only=True):
+    """A runner's answer to its RunJob."""
+
+    verdict: Verdict                        # what the run found
+    ref_timing: RefTiming | None = None     # a reference timing measured by this run (to cache)
+
+
+class BuildJob(msgspec.Struct, kw_only=True):
+    """Execute a candidate's module once so that its load_inline extensions get built."""
+
+    candidate_source: str                   # the ModelNew program whose extensions to build
+    cache_dir: str                          # shared build cache (read: what is built already)
+    build_dir: str                          # where this build compiles (its only writable path)
+
+
+class BuildRecord(msgspec.Struct, kw_only=True):
+    """One load_inline call of a build (or a run that found it in the cache)."""
+
+    name: str                               # the extension's name as the candidate gave it
+    key: str                                # hash of the load_inline arguments
+    ok: bool                                # it built (or was found built)
+    seconds: float = 0.0                    # compile time
+    cached: bool = False                    # found in the cache, nothing compiled
+    error: str | None = None                # the compiler's message when it failed
+    library: str = ""                       # path of the built library in the build directory
+
+
+class BuildResult(msgspec.Struct, kw_only=True):
+    """A build process's answer to its BuildJob (also the per-candidate build marker on disk)."""
+
+    records: list[BuildRecord] = []         # one per load_inline call, in call order
+    module_error: str | None = None         # the module raised after (or without) its builds
+    seconds: float = 0.0                    # wall time of the whole build
 
 
 # --------------------------------------------------------------------------- optimize

@@ -10,9 +10,9 @@ Importing this package does not import torch: only runner subprocesses do.
 """
 from specgen.eval.api import evaluate
 from specgen.eval.loader import CandidateSource, ProblemSource, load_candidate, load_problem
-from specgen.eval.options import EvalOptions
 from specgen.eval.guards import FLAG_CODES, flag_code
 from specgen.eval.worker import EvalWorker
+from specgen.messages import EvalOptions
 
 __all__ = ["evaluate", "EvalWorker", "EvalOptions", "load_problem", "load_candidate",
            "ProblemSource", "CandidateSource", "FLAG_CODES", "flag_code"]

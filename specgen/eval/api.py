@@ -7,9 +7,8 @@ import uuid
 from pathlib import Path
 
 from specgen.eval.loader import load_candidate, load_problem
-from specgen.eval.options import EvalOptions
 from specgen.eval.worker import EvalWorker
-from specgen.messages import CandidateSubmission, Verdict
+from specgen.messages import CandidateSubmission, EvalOptions, Verdict
 
 
 def evaluate(problem_src_or_path: str | os.PathLike[str],

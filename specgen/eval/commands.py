@@ -49,7 +49,7 @@ def run_eval(args: argparse.Namespace) -> int:
     import msgspec
 
     from specgen.eval.api import evaluate
-    from specgen.eval.options import EvalOptions
+    from specgen.messages import EvalOptions
 
     device = args.device or _default_device()
     if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):

@@ -35,7 +35,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from specgen.eval.protocol import BuildRecord
+from specgen.messages import BuildRecord
 
 _KEY_IGNORED = {"build_directory", "verbose", "keep_intermediates"}
 

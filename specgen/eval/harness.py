@@ -32,9 +32,8 @@ from specgen.eval.guards import probes
 from specgen.eval.guards.runtime import LaunchCounter, Sentinels, ThreadCounter, precision_state
 from specgen.eval.guards.static import scan_source
 from specgen.eval.loader import candidate_from_text, exec_source, problem_from_text
-from specgen.eval.protocol import RefTiming, RunJob, RunResult
 from specgen.eval.timing import Timer
-from specgen.messages import Verdict
+from specgen.messages import RefTiming, RunJob, RunResult, Verdict
 
 
 class _Stop(Exception):

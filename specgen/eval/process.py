@@ -20,9 +20,10 @@ from typing import Callable
 
 import msgspec
 
-from specgen.eval.protocol import FrameReader, RunnerReady, write_frame
+from specgen.eval.protocol import FrameReader, write_frame
 from specgen.eval.sandbox import (SCRATCH, SandboxError, SandboxSpec, launcher, map_ids, minimal_env,
                                   python_path)
+from specgen.messages import RunnerReady
 
 _POLL_S = 0.1
 

@@ -1,8 +1,11 @@
-"""Frames between an evaluation worker and its own runner subprocesses.
+"""Framing of the pipes between an evaluation worker and its own runner subprocesses.
 
 These never leave the host: a worker writes one job to a runner it started and reads one result
-back over a pipe pair. They are typed msgspec structs encoded as length-prefixed msgpack, like every
-other frame in specgen (the network-facing ones live in `specgen.messages`); decoding is strict.
+back over a pipe pair. The frames are the typed structs of `specgen.messages` (section
+"evaluation runners") as msgpack with a 4-byte little-endian length in front; decoding is strict.
+The ZeroMQ framing of `specgen.runtime.wire` is not used here: its header carries a message kind
+and protocol version, which a pipe whose every frame's struct follows from its place in the
+exchange does not need, and the runtime sits above the evaluation service.
 """
 from __future__ import annotations
 
@@ -13,9 +16,6 @@ import time
 
 import msgspec
 
-from specgen.eval.options import EvalOptions
-from specgen.messages import Verdict
-
 _HEADER = struct.Struct("<I")
 MAX_FRAME = 256 * 1024 * 1024
 
@@ -23,71 +23,6 @@ MAX_FRAME = 256 * 1024 * 1024
 class FrameError(ValueError):
     """A frame from the other end of the pipe that cannot be accepted: too large, or not the
     struct expected (the message names which and what is wrong)."""
-
-
-class RunnerReady(msgspec.Struct, kw_only=True):
-    """First frame of every runner: imports done, device context live."""
-
-    pid: int
-    device: str                          # device as the runner sees it ("cpu" or "cuda:0")
-    device_name: str                     # e.g. "NVIDIA H200" or the CPU model
-    capability: str = ""                 # CUDA compute capability "9.0"; "" on CPU
-    torch_version: str = ""
-    triton_version: str = ""
-    startup_s: float = 0.0               # interpreter start to ready
-
-
-class RefTiming(msgspec.Struct, kw_only=True):
-    """A reference timing, cached per problem source, device and timing settings."""
-
-    ref_ms: float
-    ref_spread: float
-    ref_compiled_ms: float | None = None
-    samples: int = 0
-
-
-class RunJob(msgspec.Struct, kw_only=True):
-    """One candidate to evaluate, sent to a ready runner (which then exits)."""
-
-    stage: str                           # "validate" | "profile" | "full" | "reference"
-    problem_source: str
-    problem_name: str
-    candidate_source: str
-    options: EvalOptions
-    reported_device: str                 # the device name verdicts carry ("cuda:1")
-    job_dir: str                         # scratch space for this candidate
-    cache_dir: str                       # shared build/timing cache
-    build_dir: str                       # this worker's own build directory
-    ref_timing: RefTiming | None = None  # cached reference timing, when there is one
-
-
-class RunResult(msgspec.Struct, kw_only=True):
-    verdict: Verdict
-    ref_timing: RefTiming | None = None  # a reference timing measured by this run (to cache)
-
-
-class BuildJob(msgspec.Struct, kw_only=True):
-    """Execute a candidate's module once so that its load_inline extensions get built."""
-
-    candidate_source: str
-    cache_dir: str
-    build_dir: str
-
-
-class BuildRecord(msgspec.Struct, kw_only=True):
-    name: str                            # the extension's name as the candidate gave it
-    key: str                             # hash of the load_inline arguments
-    ok: bool
-    seconds: float = 0.0
-    cached: bool = False                 # found in the cache, nothing compiled
-    error: str | None = None
-    library: str = ""                    # path of the built library in the build directory
-
-
-class BuildResult(msgspec.Struct, kw_only=True):
-    records: list[BuildRecord] = []
-    module_error: str | None = None      # the module raised after (or without) its builds
-    seconds: float = 0.0
 
 
 _encoder = msgspec.msgpack.Encoder()

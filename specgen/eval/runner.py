@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from specgen.eval.protocol import (BuildJob, BuildResult, FrameReader, RunJob, RunnerReady,
-                                       write_frame)
+    from specgen.eval.protocol import FrameReader, write_frame
+    from specgen.messages import BuildJob, BuildResult, RunJob, RunnerReady
 
     device = args.device
     capability = ""
@@ -147,7 +147,7 @@ def _build(job: "BuildJob") -> "BuildResult":
     from specgen.eval import extensions
     from specgen.eval.extensions import KernelLedger
     from specgen.eval.loader import candidate_from_text, exec_source
-    from specgen.eval.protocol import BuildResult
+    from specgen.messages import BuildResult
 
     began = time.monotonic()
     ledger = KernelLedger()

@@ -27,14 +27,12 @@ from specgen.errors import UsageError
 from specgen.eval import sandbox
 from specgen.eval.extensions import publish_builds
 from specgen.eval.loader import CandidateSource, candidate_from_text, problem_from_text
-from specgen.eval.options import EvalOptions
 from specgen.eval.process import RunnerError, RunnerProcess, SparePool, runner_env
-from specgen.eval.protocol import (BuildJob, BuildResult, RefTiming, RunJob, RunnerReady,
-                                   RunResult)
 from specgen.eval.redact import redact_verdict
 from specgen.eval.sandbox import SandboxSpec, SandboxStatus
 from specgen.eval.guards.static import scan_source
-from specgen.messages import CandidateSubmission, Verdict
+from specgen.messages import (BuildJob, BuildResult, CandidateSubmission, EvalOptions, RefTiming, RunJob,
+                              RunnerReady, RunResult, Verdict)
 
 log = logging.getLogger(__name__)
 

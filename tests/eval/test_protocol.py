@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from specgen.eval.options import EvalOptions
-from specgen.eval.protocol import FrameError, FrameReader, RunJob, RunnerReady, write_frame
+from specgen.eval.protocol import FrameError, FrameReader, write_frame
+from specgen.messages import EvalOptions, RunJob, RunnerReady
 
 
 def test_frames_round_trip_and_split_reads() -> None:

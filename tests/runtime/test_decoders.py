@@ -34,10 +34,17 @@ from specgen.kv.pool_control import RESIZE, STATS, PoolControlClient, PoolContro
 from specgen.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
+    BuildJob,
+    BuildResult,
     ErrorReply,
     KvPoolResize,
     KvPoolStats,
     Ping,
+    RefTiming,
+    RunJob,
+    RunResult,
+    RunnerReady,
+    Verdict,
 )
 from specgen.runtime import wire
 from specgen.runtime.node import NodeActor
@@ -265,7 +272,7 @@ def test_an_unknown_field_nested_past_the_depth_limit(kind: int) -> None:
 
 # -- eval/protocol.py: the runner pipes ------------------------------------------------------
 
-PIPE_KINDS = [protocol.RunnerReady, protocol.RunResult, protocol.BuildResult, protocol.RunJob, protocol.BuildJob]
+PIPE_KINDS = [RunnerReady, RunResult, BuildResult, RunJob, BuildJob]
 
 
 def _length_prefixed(body: bytes) -> bytes:
@@ -340,7 +347,7 @@ def test_frame_reader_gives_up_at_its_deadline_on_a_frame_that_never_completes()
         os.write(write_fd, protocol._HEADER.pack(1000) + b"\x80" * 10)   # 990 bytes never come
         reader = FrameReader(read_fd)
         started = time.monotonic()
-        assert reader.read(protocol.RunResult, started + 0.3) is None and not reader.eof
+        assert reader.read(RunResult, started + 0.3) is None and not reader.eof
         assert 0.25 < time.monotonic() - started < 2.0
     finally:
         os.close(read_fd)
@@ -349,11 +356,11 @@ def test_frame_reader_gives_up_at_its_deadline_on_a_frame_that_never_completes()
 
 def test_frame_reader_reads_a_large_frame_written_in_pieces() -> None:
     read_fd, write_fd = os.pipe()
-    result = protocol.RunResult(verdict=protocol.Verdict(error="x" * (3 << 20)))
+    result = RunResult(verdict=Verdict(error="x" * (3 << 20)))
     writer = threading.Thread(target=protocol.write_frame, args=(write_fd, result))
     writer.start()
     try:
-        assert FrameReader(read_fd).read(protocol.RunResult, time.monotonic() + 20) == result
+        assert FrameReader(read_fd).read(RunResult, time.monotonic() + 20) == result
     finally:
         writer.join()
         os.close(read_fd)
@@ -571,7 +578,7 @@ def test_replay_directives_decode_or_raise_a_value_error_that_says_so(rest: str)
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(content=st.binary(max_size=120) | ANY.map(msgspec.json.encode)
-       | messages(protocol.RefTiming).map(msgspec.json.encode)
+       | messages(RefTiming).map(msgspec.json.encode)
        | st.sampled_from([20, 5_000, 50_000]).map(lambda d: b'{"ref_ms": 1, "ref_spread": 0, "zz": '
                                                   + b"[" * d + b"]" * d + b"}"))
 def test_cache_files_written_by_runners_read_back_or_count_as_missing(tmp_path_factory, content: bytes) -> None:
@@ -581,7 +588,7 @@ def test_cache_files_written_by_runners_read_back_or_count_as_missing(tmp_path_f
     cache = RefTimingCache(root)
     (cache.root / "k.json").write_bytes(content)
     got = cache.get("k")
-    assert got is None or type(got) is protocol.RefTiming
+    assert got is None or type(got) is RefTiming
     (root / "marker.json").write_bytes(content)
     marker = _read_marker(root / "marker.json")
-    assert marker is None or type(marker) is protocol.BuildResult
+    assert marker is None or type(marker) is BuildResult
