@@ -495,6 +495,12 @@ def run_optimize(args: argparse.Namespace) -> int:
                                       on_kv_control=attach_kv_pool if kv_plan.on else None,
                                       state_dir=out_dir / JOURNAL_DIR / SCHEDULER_STATE,
                                       ) as backend:
+            live = None
+            if pool_id and display is not None:
+                from specgen.optimize.kv_pool import LiveKvStats
+
+                live = LiveKvStats(backend, pool_id)
+                display.kv_pool = live
             try:
                 result = await run_job(spec, engine, backend, emit, journal=journal, resume=resume)
                 if pool_id:
@@ -503,6 +509,9 @@ def run_optimize(args: argparse.Namespace) -> int:
                     result.kv_pool = await asyncio.to_thread(final_stats, backend, pool_id)
                 return result
             finally:
+                if live is not None:
+                    display.kv_pool = None
+                    live.close()
                 await engine.close()
 
     return finish(lambda: asyncio.run(main()))
