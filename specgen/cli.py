@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "specgen.optimize.commands",
     "specgen.optimize.trace_command",
     "specgen.optimize.bench_command",
+    "specgen.simulate.commands",
 ]
 
 

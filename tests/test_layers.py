@@ -14,10 +14,12 @@ LAYERS = [
     {"clock"},                             # time, injected: real or virtual (simulation)
     {"errors"},
     {"messages"},
+    {"wire"},                              # the one framing of every ZeroMQ channel
     {"backend"},                           # the evaluation interface
     {"eval", "kv", "engines"},
     {"runtime"},
     {"optimize"},
+    {"simulate"},                          # discrete-event runs over runtime and optimize; nothing imports it
     {"cli"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -88,6 +88,9 @@ class JobRecord:
     result: OptimizeResult
     intervals: list[tuple[str, float, float]]   # (worker, start, end), wall clock
     forks_written: int = 0
+    # Each stage evaluation with its stage and verdict timings: the service times a simulation
+    # (specgen simulate --from-bench) draws from; intervals alone do not say which stage ran.
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -125,6 +128,24 @@ def _intervals(result: OptimizeResult) -> list[tuple[str, float, float]]:
     return sorted(set(found), key=lambda item: item[1])
 
 
+def _evaluations(result: OptimizeResult) -> list[dict[str, Any]]:
+    found = []
+    for c in result.candidates:
+        updates = [u for u in (c.validation, c.profile) if u is not None]
+        if len(updates) == 2 and updates[0] is updates[1]:
+            updates = updates[:1]
+        for u in updates:
+            if u.cancelled or not u.finished_at > u.started_at > 0:
+                continue
+            found.append({"candidate": c.candidate_id, "origin": c.origin, "iteration": c.iteration,
+                          "position": c.position, "extracted_at": c.extracted_at,
+                          "stage": u.stage, "worker": u.worker, "started_at": u.started_at,
+                          "finished_at": u.finished_at, "compiled": u.verdict.compiled,
+                          "correct": u.verdict.correct, "speedup": u.verdict.speedup,
+                          "stage_seconds": dict(u.verdict.stage_seconds)})
+    return found
+
+
 def hardware_label(devices: list[str]) -> str:
     if any(d.startswith("cuda") for d in devices):
         try:
@@ -152,7 +173,8 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
         target_speedup=config.target_speedup, best_of_n=config.best_of_n)
     result = await run_job(spec, engine, backend)
     return JobRecord(mode=mode, problem=problem.name, batch=batch, result=result,
-                     intervals=_intervals(result), forks_written=engine.forks_written)
+                     intervals=_intervals(result), forks_written=engine.forks_written,
+                     evaluations=_evaluations(result))
 
 
 async def run_bench(config: BenchConfig,

@@ -158,7 +158,9 @@ def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
     data = {**summary, "ceiling_turns": run.ceiling_turns,
             "batches": [asdict(b) for b in run.batches],
             "intervals": [{"mode": j.mode, "problem": j.problem, "batch": j.batch,
-                           "intervals": j.intervals} for j in run.jobs]}
+                           "intervals": j.intervals, "evaluations": j.evaluations,
+                           "started_at": j.result.started_at, "finished_at": j.result.finished_at}
+                          for j in run.jobs]}
     path = out / "results.json"
     path.write_text(json.dumps(data, indent=2, default=str))
     return path
