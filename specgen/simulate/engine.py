@@ -32,14 +32,13 @@ from specgen.messages import (
     Hello, JobResult, JobSpec, OptimizeSpec, ReportJobResult, SubmitCandidate, TriggerSettings,
     Verdict, WorkDone,
 )
-from specgen.optimize.dedup import fingerprint
 from specgen.optimize.modes import Mechanisms
 from specgen.optimize.termination import JobStanding, VerdictView, default_criterion
 from specgen.optimize.triggers import TriggerContext, build_trigger_policy
 from specgen.runtime.journal import Journal
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import RuntimeSettings
-from specgen.simulate.model import Correctness, ServiceTimes, TurnScript
+from specgen.simulate.model import Correctness, ServiceTimes, TurnScript, program_key
 
 STEP_TOKENS = 256            # reasoning advances at most this far between rate updates
 FORK_SUFFIX_TOKENS = 32      # the fork prompt's closing think tag + instruction (uncached part)
@@ -211,6 +210,7 @@ class SimJob:
     def on_firing(self, stream: Stream, firing) -> None:
         if firing.kind == "inline":
             self.submit(firing.source, "inline")
+            self.last_fork_token = firing.token      # an inline candidate counts as a fork for the gap
             return
         ctx = TriggerContext(iteration=self.iteration, reasoning_tokens=firing.token, text="",
                              new_text_start=0, tokens_since_last_fork=firing.token - self.last_fork_token,
@@ -241,7 +241,7 @@ class SimJob:
         self.fork_timers.append(self.sim.clock.call_later(dt, done))
 
     def submit(self, source: str, origin: str) -> bool:
-        fp = fingerprint(source)
+        fp = program_key(source)
         if fp in self.fingerprints:
             self.sim.counts["duplicates"] += 1
             return False
@@ -414,7 +414,7 @@ class Simulation:
             verdict = Verdict(stage=work.stage, error="cancelled")
         else:
             correct = self.correct(sub.candidate_source)
-            speedup = (self.service.speedup(sub.problem_name, fingerprint(sub.candidate_source), self.cfg.seed)
+            speedup = (self.service.speedup(sub.problem_name, program_key(sub.candidate_source), self.cfg.seed)
                        if correct and work.stage != "validate" else None)
             verdict = Verdict(stage=work.stage, compiled=True, correct=correct, speedup=speedup)
         key = (sub.job_id, sub.candidate_id, work.stage)

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -29,6 +30,13 @@ from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigg
 # tokens (a modelled engine's stream granularity is one token; triggers are edge-triggered on
 # text, so a coarser delta moves a trigger point by less than one delta).
 SCAN_DELTA_TOKENS = 16
+
+
+@functools.lru_cache(maxsize=65536)
+def program_key(source: str) -> str:
+    """The loop's dedup fingerprint of a program, computed once per distinct program: the jobs
+    draw from a bank of turns, so the same programs come back many times."""
+    return fingerprint(source)
 
 
 def base_problem(name: str) -> str:
@@ -189,7 +197,7 @@ class Correctness:
             self.correct[fingerprint(c.source)] = c.kind in ("honest", "slow")
 
     def __call__(self, source: str) -> bool:
-        return self.correct.get(fingerprint(source), False)
+        return self.correct.get(program_key(source), False)
 
 
 class TurnBank:
