@@ -412,9 +412,8 @@ class OptimizeResult(msgspec.Struct, kw_only=True):
 
 # --------------------------------------------------------------------------- actor runtime
 #
-# Frames: [header, body]. The header is 4 raw bytes: b"SG", the protocol version, the message
-# kind (the `KIND` of a struct below); the body is that struct as msgpack. A ROUTER prepends the
-# peer's routing id. `specgen.runtime.wire` encodes and checks frames; `MESSAGE_TYPES` maps kinds
+# One frame per message: a 4-byte header (b"SG", the protocol version, the message kind: the
+# `KIND` of a struct below), then that struct as msgpack. A ROUTER prepends the peer's routing id. `specgen.wire` encodes and checks frames; `MESSAGE_TYPES` maps kinds
 # to structs. Requests carry a `call_id` that their reply echoes; fire-and-forget messages do not.
 
 from typing import Any, ClassVar  # noqa: E402  (kept beside the section that needs them)
@@ -802,23 +801,15 @@ class WorkerExited(_Wire):
     reason: str = ""
 
 
-MESSAGE_TYPES: dict[int, type[_Wire]] = {
-    cls.KIND: cls
-    for cls in (
-        Hello, Welcome, Heartbeat, HeartbeatAck, ErrorReply, Goodbye, DeadNotice, WorkerReady, Ack,
-        SubmitCandidate, SubmitAck, CandidateUpdateNotice, EvaluateRequest, EvaluateReply,
-        CancelJob, CreateJob, JobCreated, SubscribeJob, JobEventNotice, GetJob, JobStatusReply,
-        ReportJobEvent, ReportJobResult, ResyncUpdates, GetStats, StatsReply, Ping, Pong,
-        AssignWork, WorkDone, CancelWork, WorkerExited, EvaluateQueued,
-    )
-}
-
-
 # --------------------------------------------------------------------------- KV pool
-# Plain structs (not frames of their own): a node or an engine embeds them in what it reports.
+# KvPoolStats and KvPoolResize are the frames of a KV pool's control channel (specgen.kv.pool_control,
+# framed by specgen.wire like the actors' messages); KvPoolStats is also embedded in what a job
+# or the scheduler reports.
 
-class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
+class KvPoolStats(_Wire):
     """Size and effectiveness of one remote KV pool (specgen.kv.pool), for the scheduler."""
+
+    KIND: ClassVar[int] = 35
 
     pool_id: str = ""                       # which pool (e.g. the engine's id)
     capacity_bytes: int = 0                 # pool memory held now, all devices
@@ -843,11 +834,13 @@ class KvPoolStats(msgspec.Struct, kw_only=True, omit_defaults=True):
                                             # when shrunk to nothing; host-wide GPU indices
 
 
-class KvPoolResize(msgspec.Struct, kw_only=True, omit_defaults=True):
+class KvPoolResize(_Wire):
     """Scheduler/node -> a KV pool: change its size (a profiler needs memory, or has finished with it).
 
     The pool answers every resize with its KvPoolStats once the change is done (a shrink waits for
     copies in flight on the segments it gives back)."""
+
+    KIND: ClassVar[int] = 36
 
     target_bytes: int | None = None         # new pool size; None only asks for stats
     request_id: str = ""                    # echoed in the log; lets the sender match the reply
@@ -865,3 +858,17 @@ class KvPoolView(msgspec.Struct, kw_only=True, omit_defaults=True):
     target_bytes: int | None = None         # size last asked for (None: never resized)
     shrinks_requested: int = 0              # shrink requests the scheduler sent
     grows_requested: int = 0                # grow-back requests the scheduler sent
+
+
+# One kind space for every channel: a frame that reaches the wrong channel still decodes, and is
+# refused for its type rather than read as something else.
+MESSAGE_TYPES: dict[int, type[_Wire]] = {
+    cls.KIND: cls
+    for cls in (
+        Hello, Welcome, Heartbeat, HeartbeatAck, ErrorReply, Goodbye, DeadNotice, WorkerReady, Ack,
+        SubmitCandidate, SubmitAck, CandidateUpdateNotice, EvaluateRequest, EvaluateReply,
+        CancelJob, CreateJob, JobCreated, SubscribeJob, JobEventNotice, GetJob, JobStatusReply,
+        ReportJobEvent, ReportJobResult, ResyncUpdates, GetStats, StatsReply, Ping, Pong,
+        AssignWork, WorkDone, CancelWork, WorkerExited, EvaluateQueued, KvPoolStats, KvPoolResize,
+    )
+}

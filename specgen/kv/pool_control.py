@@ -3,9 +3,10 @@
 A pool hosted by vLLM's offloading connector runs in the engine's scheduler process, out of reach of
 specgen's own objects. It connects a DEALER socket to an endpoint the node (or scheduler, or a test)
 binds with a ROUTER (`PoolController`): the pool sends its `KvPoolStats` every `stats_interval_s` and
-after each resize, and takes `KvPoolResize` requests. Frames: [kind, msgpack body] with kind b"stats"
-or b"resize" (a ROUTER sees the pool's identity first). The pool side never blocks: it polls from the
-engine's scheduling loop.
+after each resize, and takes `KvPoolResize` requests. Each is one frame framed by specgen.wire like
+every runtime message (a ROUTER sees the pool's identity first); the channel has no error reply,
+so a frame that is not the one message type a side takes is skipped. The pool side never blocks: it
+polls from the engine's scheduling loop.
 
 A `RemoteKvPool` held by any other process (e.g. a profiler worker that owns the spare memory) joins
 the same channel through `PoolControlAgent`, stepped from the thread that uses the pool. The runtime's
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-import msgspec
 import zmq
 
+from specgen import wire
 from specgen.kv.errors import KvPoolError, KvPoolTimeout
 from specgen.messages import KvPoolResize, KvPoolStats
 
@@ -30,12 +31,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATS = b"stats"
-RESIZE = b"resize"
+M = TypeVar("M", KvPoolStats, KvPoolResize)
+MAX_MESSAGE_BYTES = 1 << 20     # a pool's stats are under a kilobyte; anything far larger is not one
 
-_stats_decoder = msgspec.msgpack.Decoder(KvPoolStats)
-_resize_decoder = msgspec.msgpack.Decoder(KvPoolResize)
-_encoder = msgspec.msgpack.Encoder()
+
+def read_frame(frame: bytes, cls: type[M]) -> M | None:
+    """The `cls` message in `frame`, else None (the channel has no error reply to send)."""
+    try:
+        msg = wire.decode_frame(frame, MAX_MESSAGE_BYTES)
+    except wire.WireError:
+        return None
+    return msg if type(msg) is cls else None
 
 
 class PoolControlClient:
@@ -52,7 +58,7 @@ class PoolControlClient:
 
     def send_stats(self, stats: KvPoolStats) -> None:
         try:
-            self._socket.send_multipart([STATS, _encoder.encode(stats)], flags=zmq.NOBLOCK)
+            self._socket.send(wire.encode(stats)[0], flags=zmq.NOBLOCK)
         except zmq.Again:
             pass
 
@@ -64,11 +70,8 @@ class PoolControlClient:
                 frames = self._socket.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return out
-            if len(frames) == 2 and frames[0] == RESIZE:
-                try:
-                    out.append(_resize_decoder.decode(frames[1]))
-                except (msgspec.DecodeError, RecursionError):   # nested too deeply: RecursionError
-                    continue
+            if len(frames) == 1 and (request := read_frame(frames[0], KvPoolResize)) is not None:
+                out.append(request)
 
     def close(self) -> None:
         self._socket.close(linger=0)
@@ -153,12 +156,11 @@ class PoolController:
             if got and not self._socket.poll(0):
                 return got
             frames = self._socket.recv_multipart()
-            if len(frames) != 3 or frames[1] != STATS:
+            if len(frames) != 2 or (stats := read_frame(frames[1], KvPoolStats)) is None:
                 continue
             try:
-                stats = _stats_decoder.decode(frames[2])
                 pool = frames[0].decode()   # an identity that is not text names no pool we resize
-            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            except UnicodeDecodeError:
                 continue
             self.latest[pool] = stats
             got.append((pool, stats))
@@ -179,7 +181,7 @@ class PoolController:
 
     def resize(self, pool: str, target_bytes: int | None, request_id: str = "") -> None:
         try:
-            self._socket.send_multipart([pool.encode(), RESIZE, _encoder.encode(
+            self._socket.send_multipart([pool.encode(), *wire.encode(
                 KvPoolResize(target_bytes=target_bytes, request_id=request_id))])
         except zmq.ZMQError as exc:
             raise KvPoolError(f"pool {pool!r} is not connected to {self.endpoint}: {exc}") from None

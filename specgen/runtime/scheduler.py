@@ -28,12 +28,10 @@ import threading
 import time
 from pathlib import Path
 
-import msgspec
 import zmq
 
 from specgen.clock import SYSTEM_CLOCK, Clock
 from specgen.errors import UsageError
-from specgen.kv.pool_control import RESIZE, STATS
 from specgen.messages import DeadNotice, KvPoolStats
 from specgen.runtime import wire
 from specgen.runtime.auth import (
@@ -53,8 +51,6 @@ log = logging.getLogger("specgen.scheduler")
 _STOP = object()
 _TICK_S = 0.05
 _ALREADY_WAITING_S = 20e-6   # a receive that returned this fast found its message queued
-_kv_stats_decoder = msgspec.msgpack.Decoder(KvPoolStats)
-_kv_encoder = msgspec.msgpack.Encoder()
 
 
 class SchedulerActor:
@@ -159,26 +155,27 @@ class SchedulerActor:
             peer = recv_frame(sock, NOBLOCK)
 
     def _receive_kv(self, now: float) -> None:
-        # [pool identity, b"stats", msgpack KvPoolStats]; the channel has no error reply, so a bad
-        # frame is counted and logged.
+        # [pool identity, KvPoolStats framed by specgen.wire]; the channel has no error reply, so a
+        # bad frame is counted and logged.
         assert self.kv_sock is not None
+        limit = self.settings.max_message_bytes
         for _ in range(1024):
             try:
                 frames = self.kv_sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if len(frames) == 3 and frames[1] == STATS:
-                try:
-                    stats = _kv_stats_decoder.decode(frames[2])
-                except (msgspec.DecodeError, RecursionError) as exc:   # nested too deeply: RecursionError
-                    self.kv_rejected += 1
-                    log.warning("KV control: bad stats from %r: %s", frames[0][:40], exc)
-                    continue
-                self.core.on_kv_stats(frames[0], stats, now)
+            try:
+                stats = wire.decode(frames[1:], limit)
+            except wire.WireError as exc:
+                self.kv_rejected += 1
+                log.warning("KV control: bad stats from %r: %s", frames[0][:40], exc.message)
                 continue
-            self.kv_rejected += 1
-            log.warning("KV control: ignored a message of %d frames from %r (expected [b'stats', body])",
-                        len(frames), frames[0][:40])
+            if type(stats) is not KvPoolStats:
+                self.kv_rejected += 1
+                log.warning("KV control: ignored a %s from %r (expected KvPoolStats)",
+                            type(stats).__name__, frames[0][:40])
+                continue
+            self.core.on_kv_stats(frames[0], stats, now)
 
     def _send(self, frames: list) -> None:
         try:
@@ -335,7 +332,7 @@ class SchedulerActor:
                 for identity, request in requests:
                     log.info("KV pool %s: resize to %s bytes (%s)", identity.decode(errors="replace"),
                              request.target_bytes, request.request_id)
-                    self._send_kv(identity, [identity, RESIZE, _kv_encoder.encode(request)])
+                    self._send_kv(identity, [identity, *wire.encode(request)])
         if core.actions:
             actions, core.actions = core.actions, []
             for action, job_id in actions:

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from specgen.eval import protocol
 from specgen.eval.protocol import FrameError, FrameReader
 from specgen.kv import pool_control
-from specgen.kv.pool_control import RESIZE, STATS, PoolControlClient, PoolController
+from specgen.kv.pool_control import PoolControlClient, PoolController
 from specgen.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -369,26 +369,35 @@ def test_frame_reader_reads_a_large_frame_written_in_pieces() -> None:
 
 # -- kv/pool_control.py and the scheduler's KV decoder ---------------------------------------
 
-_KV_BODIES = (messages(KvPoolStats).map(msgspec.msgpack.encode)
-              | messages(KvPoolResize).map(msgspec.msgpack.encode)
-              | st.sampled_from([20, 5_000, 50_000]).map(lambda d: nested({}, d))
+def _wire_frame(msg: msgspec.Struct) -> bytes:
+    return bytes(wire.encode(msg)[0])
+
+
+_KV_MESSAGES = messages(KvPoolStats) | messages(KvPoolResize)
+_KV_BODIES = (_KV_MESSAGES.map(_wire_frame)
+              | st.sampled_from(KINDS).flatmap(lambda k: messages(MESSAGE_TYPES[k])).map(_wire_frame)
+              | _KV_MESSAGES.map(msgspec.msgpack.encode)                       # a body without its header
+              | st.tuples(st.sampled_from([KvPoolStats.KIND, KvPoolResize.KIND]), st.integers(20, 50_000))
+                .map(lambda kd: header(kd[0]) + nested({}, kd[1]))
               | st.binary(max_size=100) | ANY.map(msgspec.msgpack.encode))
-_KV_FRAMES = st.lists(st.sampled_from([STATS, RESIZE, b"", b"stat"]) | _KV_BODIES, min_size=1, max_size=4)
+# The channel's old [b"stats" | b"resize", body] messages are among what must be dropped.
+_KV_FRAMES = st.lists(st.sampled_from([b"stats", b"resize", b"", b"SG"]) | _KV_BODIES, min_size=1, max_size=4)
 
 
 @settings(max_examples=200, deadline=None, database=None)
-@given(body=_KV_BODIES)
-def test_kv_decoders_raise_only_what_their_loops_catch(body: bytes) -> None:
-    # pool_control's loops and the scheduler's _receive_kv catch DecodeError (ValidationError is
-    # one) and RecursionError (msgspec's for input nested past its depth limit, even in a field it skips).
-    from specgen.runtime.scheduler import _kv_stats_decoder
-
-    for decoder, cls in ((pool_control._stats_decoder, KvPoolStats), (pool_control._resize_decoder, KvPoolResize),
-                         (_kv_stats_decoder, KvPoolStats)):
+@given(frame=_KV_BODIES)
+def test_kv_read_frame_returns_its_type_or_nothing(frame: bytes) -> None:
+    # The pool side and the controller read with read_frame, the scheduler's _receive_kv with
+    # wire.decode (covered above for every kind): nothing but the expected type gets through.
+    for cls in (KvPoolStats, KvPoolResize):
+        msg = pool_control.read_frame(frame, cls)
+        assert msg is None or type(msg) is cls
         try:
-            assert type(decoder.decode(body)) is cls
-        except (msgspec.DecodeError, RecursionError) as exc:
-            assert str(exc)
+            decoded = wire.decode_frame(frame, pool_control.MAX_MESSAGE_BYTES)
+        except wire.WireError:
+            assert msg is None
+        else:
+            assert (msg is not None) == (type(decoded) is cls)
 
 
 def test_pool_controller_skips_garbage_and_still_takes_honest_stats() -> None:
@@ -443,7 +452,7 @@ def test_pool_client_skips_garbage_and_still_takes_an_honest_resize() -> None:
         def check(batch: list[list[bytes]], seq: int) -> None:
             for frames in batch:
                 router.send_multipart([b"pool-x", *frames])
-            router.send_multipart([b"pool-x", RESIZE, msgspec.msgpack.encode(KvPoolResize(request_id=str(seq)))])
+            router.send_multipart([b"pool-x", *wire.encode(KvPoolResize(request_id=str(seq)))])
             deadline = time.monotonic() + 5
             while True:
                 got = client.poll_resize()
