@@ -18,8 +18,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="share of the GPUs in the evaluation pool (the rest run reasoning engines)")
     p.add_argument("--eval-gpus", type=int, default=None, help="evaluation GPUs, instead of --eval-fraction")
     pools = p.add_mutually_exclusive_group()
-    pools.add_argument("--elastic", dest="elastic", action="store_true", default=True)
-    pools.add_argument("--static", dest="elastic", action="store_false")
+    pools.add_argument("--elastic", dest="elastic", action="store_true", default=True,
+                       help="elastic validation/profiling pools (default)")
+    pools.add_argument("--static", dest="elastic", action="store_false",
+                       help="the baselines' fixed split (half validation)")
     p.add_argument("--mode", default="specgen", help="the jobs' mode (specgen, sequential, best-of-n, pipeline)")
     p.add_argument("--turns", type=int, default=4, help="iterations per job")
     p.add_argument("--hours", type=float, default=1.0, help="simulated duration")

@@ -78,3 +78,34 @@ def test_static_pools_do_not_move() -> None:
     _, r = run(elastic=False)
     assert r["reassignments"] == 0
     assert {row["validate_workers"] for row in r["samples"]} == {2}
+
+
+def _bench_file(tmp_path) -> str:
+    evaluations = lambda v, p: [  # noqa: E731
+        {"stage": "validate", "started_at": 10.0, "finished_at": 10.0 + v, "correct": True,
+         "speedup": None, "stage_seconds": {"compile": v / 2}},
+        {"stage": "profile", "started_at": 20.0, "finished_at": 20.0 + p, "correct": True,
+         "speedup": 1.4, "stage_seconds": {}}]
+    data = {"config": {"problems": [{"name": p, "turns": 1} for p in PROBLEMS]},
+            "intervals": [{"mode": "specgen", "problem": p, "batch": 0, "intervals": [],
+                           "evaluations": evaluations(3.0, 1.5)} for p in PROBLEMS]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_service_times_from_bench(tmp_path) -> None:
+    times = ServiceTimes.from_bench(_bench_file(tmp_path))
+    assert times.durations["attention"] == {"validate": [3.0], "profile": [1.5]}
+    assert times.speedups["attention"] == [1.4] and times.compile_s["attention"] == [1.5]
+
+
+def test_command_writes_its_report(tmp_path) -> None:
+    from specgen.cli import main
+
+    out = tmp_path / "sim"
+    assert main(["simulate", "--gpus", "4", "--jobs", "2", "--hours", "0.05", "--seed", "1",
+                 "--from-bench", _bench_file(tmp_path), "--out", str(out)]) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["eval_gpus"] == 2 and (out / "report.md").is_file() and (out / "utilization.png").is_file()
+    assert main(["simulate", "--gpus", "4"]) == 2     # no service times: refused, none assumed
