@@ -1,9 +1,10 @@
 """The optimize loop: iterations of reasoning, speculative forks, parallel evaluation, feedback.
 
 One job runs as a handful of asyncio tasks: the iteration driver (which streams the reasoning and
-decides at each delta whether to fork), one task per fork in flight, one task consuming evaluation
-updates, and a watchdog for the wall-time budget. Candidates are submitted to the evaluation
-backend the moment they are extracted; every final verdict is shown to the termination criterion.
+hands each delta to the stream's `Forker`, which decides whether to fork), one task per fork in
+flight, one task consuming evaluation updates, and a watchdog for the wall-time budget. Candidates
+are submitted to the evaluation backend the moment they are extracted; every final verdict is
+shown to the termination criterion.
 When the job stops (target reached, a budget spent, iterations done, or an error) every generation
 in flight is aborted at the engine and every evaluation still queued or running for the job is
 cancelled at the backend before `run_job` returns.
@@ -15,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from specgen.clock import SYSTEM_CLOCK, Clock, wait_for
-from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
+from specgen.engines.base import Engine, EngineError, GenerationParams
 from specgen.messages import (
     CandidateRecord,
     CandidateSubmission,
@@ -38,8 +40,9 @@ from specgen.messages import (
 from specgen.optimize import prompts
 from specgen.backend import BackendLoad, EvaluationBackend
 from specgen.optimize.dedup import Deduplicator, fingerprint
-from specgen.optimize.extraction import extract_candidate, extract_fork_candidate
-from specgen.optimize.fork_prompt import FORK_STOP, ForkPromptBuilder
+from specgen.optimize.extraction import extract_candidate
+from specgen.optimize.fork_prompt import ForkPromptBuilder
+from specgen.optimize.forker import Forker, ForkTally, closing
 from specgen.optimize.metrics import compute_metrics
 from specgen.optimize.modes import Mechanisms, check_spec
 from specgen.optimize.outputs import LoopJournal, ResumedRun
@@ -49,7 +52,7 @@ from specgen.optimize.termination import (
     VerdictView,
     default_criterion,
 )
-from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
+from specgen.optimize.triggers import TriggerPolicy, build_trigger_policy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -100,11 +103,17 @@ class _IterationState:
     prompt_ids: list[int] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     stop_reason: str = ""
-    last_fork_position: int = 0
-    fork_tasks: set[asyncio.Task] = field(default_factory=set)
-    forks: list[ForkRecord] = field(default_factory=list)
+    forker: Forker | None = None          # the speculating stream's; None when none speculates
     candidate_ids: list[str] = field(default_factory=list)
     running: bool = True
+
+    @property
+    def forks(self) -> list[ForkRecord]:
+        return self.forker.forks if self.forker is not None else []
+
+    @property
+    def fork_tasks(self) -> set[asyncio.Task]:
+        return self.forker.tasks if self.forker is not None else set()
 
 
 class OptimizeJob:
@@ -133,16 +142,13 @@ class OptimizeJob:
         self.dedup = Deduplicator()
 
         self.candidates: dict[str, CandidateRecord] = {}
-        self.forks: list[ForkRecord] = []
+        self.fork_tally = ForkTally()
         self.iterations: list[IterationRecord] = []
         self.reasoning: list[ReasoningRecord] = []
         self._iteration_states: list[_IterationState] = []
         self.best: CandidateRecord | None = None
         self.reasoning_tokens = 0
-        self.fork_tokens = 0
-        self.forks_skipped = 0
         self.workers_seen = 0
-        self.recent_fork_yields: list[bool] = []
         self.no_candidate_notes: list[str] = []
 
         self.status: str | None = None
@@ -153,7 +159,6 @@ class OptimizeJob:
         self._verdicts = asyncio.Condition()
         self._active_requests: set[str] = set()
         self._submit_tasks: set[asyncio.Task] = set()
-        self._fork_count = 0
         self._candidate_count = 0
         self.started_at = 0.0
         self._t0: float | None = None
@@ -262,11 +267,12 @@ class OptimizeJob:
                 f"Iteration {record.index + 1} produced no complete ```python block defining "
                 f"ModelNew (reasoning ended: {record.finish_reason or 'aborted'}).")
         if self.journal is not None:
+            tally = self.fork_tally
             self.journal.iteration(
                 record, [r for r in self.reasoning if r.iteration == record.index], state.forks,
-                {"reasoning_tokens": self.reasoning_tokens, "fork_tokens": self.fork_tokens,
-                 "forks_skipped": self.forks_skipped, "fork_count": self._fork_count,
-                 "workers_seen": self.workers_seen, "recent_fork_yields": self.recent_fork_yields,
+                {"reasoning_tokens": self.reasoning_tokens, "fork_tokens": tally.fork_tokens,
+                 "forks_skipped": tally.forks_skipped, "fork_count": tally.fork_count,
+                 "workers_seen": self.workers_seen, "recent_fork_yields": tally.recent_fork_yields,
                  "no_candidate_notes": self.no_candidate_notes})
         self._emit("iteration_finished", iteration=record.index, reason=record.stop_reason)
 
@@ -325,10 +331,8 @@ class OptimizeJob:
         requests = [r for r in self._active_requests if r.startswith(
             f"{self.job_id}/it{state.record.index}/")]
         await asyncio.gather(*(self.engine.abort(r) for r in requests), return_exceptions=True)
-        for task in state.fork_tasks:
-            task.cancel()
-        if state.fork_tasks:
-            await asyncio.gather(*state.fork_tasks, return_exceptions=True)
+        if state.forker is not None:
+            await state.forker.cancel()
 
     # ------------------------------------------------------------------------------ reasoning
 
@@ -339,7 +343,7 @@ class OptimizeJob:
 
     async def _reason(self, state: _IterationState, request_id: str, speculate: bool,
                       seed: int | None) -> _ReasoningOutcome:
-        policy = self._policy_factory() if speculate else None
+        forker = self._new_forker(state) if speculate else None
         think_end = self.engine.think_end
         ids: list[int] = []
         text = ""
@@ -353,7 +357,7 @@ class OptimizeJob:
         self._active_requests.add(request_id)
         stream = self.engine.reason(request_id, state.prompt_ids, self._reasoning_params(seed))
         try:
-            async with _closing(stream):
+            async with closing(stream):
                 async for delta in stream:
                     previous_tokens, previous_len = len(ids), len(text)
                     ids.extend(delta.token_ids)
@@ -365,9 +369,8 @@ class OptimizeJob:
                         found = text.find(think_end, max(0, previous_len - len(think_end)))
                         if found >= 0:
                             answer_start = found
-                        elif policy is not None:
-                            self._at_delta(state, policy, request_id, ids, text, previous_len,
-                                           previous_tokens)
+                        elif forker is not None:
+                            forker.at_delta(request_id, ids, text, previous_len, previous_tokens)
                     self._check_token_budget()
                     if delta.finished:
                         finish_reason = delta.finish_reason
@@ -384,9 +387,8 @@ class OptimizeJob:
             stream_record.finish_reason = stream_record.finish_reason or finish_reason
         if finish_reason == "error":
             raise EngineError(f"reasoning stream {request_id} ended with an error")
-        if policy is not None and answer_start is None:
-            for source in policy.finish(text):
-                self._new_candidate(state, source, "inline", request_id, len(ids))
+        if forker is not None and answer_start is None:
+            forker.finish(request_id, text, len(ids))
         record.finish_reason = finish_reason
         record.reasoning_finished_at = self.clock.wall()
         self._emit("reasoning_finished", iteration=record.index, request_id=request_id,
@@ -400,39 +402,6 @@ class OptimizeJob:
         if source is not None:
             self._new_candidate(state, source, "final", request_id, len(outcome.ids))
 
-    def _at_delta(self, state: _IterationState, policy: TriggerPolicy, request_id: str,
-                  ids: list[int], text: str, previous_len: int, previous_tokens: int) -> None:
-        position = len(ids)
-        ctx = TriggerContext(
-            iteration=state.record.index,
-            reasoning_tokens=position,
-            text=text,
-            new_text_start=previous_len,
-            previous_tokens=previous_tokens,
-            tokens_since_last_fork=position - state.last_fork_position,
-            forks_this_iteration=len(state.forks),
-            forks_in_flight=sum(1 for f in state.forks if f.finished_at is None),
-            recent_fork_yields=self.recent_fork_yields,
-            load_probe=self._load,
-        )
-        decision = policy.decide(ctx)
-        if decision is None:
-            return
-        for source in decision.inline_candidates:
-            self._new_candidate(state, source, "inline", request_id, position)
-            # The reasoning just wrote a whole program: a fork here would only copy it, so the
-            # gap to the next fork counts from this point, as if a fork had been taken.
-            state.last_fork_position = position
-        if decision.skipped_by is not None:
-            self.forks_skipped += 1
-            self._emit("fork_skipped", iteration=state.record.index, position=position,
-                       reason=f"{decision.firing.trigger} ({decision.firing.reason}) vetoed by "
-                              f"{decision.skipped_by}")
-        elif decision.fork and not decision.inline_candidates and not state.stop.is_set() \
-                and not self.job_stop.is_set():
-            self._start_fork(state, ids[:], position,
-                             f"{decision.firing.trigger}: {decision.firing.reason}")
-
     def _load(self) -> BackendLoad:
         load = self.backend.load()
         self.workers_seen = max(self.workers_seen,
@@ -441,85 +410,20 @@ class OptimizeJob:
 
     # ------------------------------------------------------------------------------ forks
 
-    def _start_fork(self, state: _IterationState, reasoning_ids: list[int], position: int,
-                    trigger: str) -> None:
-        request_id = f"{self.job_id}/it{state.record.index}/fork{self._fork_count}"
-        self._fork_count += 1
-        fork = ForkRecord(request_id=request_id, iteration=state.record.index, position=position,
-                          trigger=trigger, started_at=self.clock.wall())
-        state.forks.append(fork)
-        state.last_fork_position = position
-        self.forks.append(fork)
-        task = asyncio.create_task(self._fork(state, fork, reasoning_ids), name=request_id)
-        state.fork_tasks.add(task)
-        task.add_done_callback(state.fork_tasks.discard)
-        self._emit("fork_started", iteration=state.record.index, request_id=request_id,
-                   position=position, reason=trigger)
-
-    async def _fork(self, state: _IterationState, fork: ForkRecord,
-                    reasoning_ids: list[int]) -> None:
-        params = GenerationParams(max_tokens=self.spec.fork_max_tokens, temperature=0.0,
-                                  stop=list(FORK_STOP))
-        opened = self.fork_prompts.opens_fence
-        text = ""
-        self._active_requests.add(fork.request_id)
-        stream = self.engine.fork(fork.request_id, state.prompt_ids, reasoning_ids,
-                                  self.fork_prompts.suffix_ids(), params)
-        try:
-            async with _closing(stream):
-                async for delta in stream:
-                    if fork.prompt_tokens is None and delta.num_prompt_tokens is not None:
-                        fork.prompt_tokens = delta.num_prompt_tokens
-                    if fork.cached_tokens is None and delta.num_cached_tokens is not None:
-                        fork.cached_tokens = delta.num_cached_tokens
-                    fork.tokens += len(delta.token_ids)
-                    self.fork_tokens += len(delta.token_ids)
-                    text += delta.text
-                    self._check_token_budget()
-                    if delta.finished:
-                        fork.finish_reason = delta.finish_reason
-                        break
-                    if opened and "\n```" in text[-(len(delta.text) + 4):]:
-                        # The program is complete; whatever the engine would write after the
-                        # fence is not needed.
-                        fork.finish_reason = "stop"
-                        await self.engine.abort(fork.request_id)
-                        break
-        except asyncio.CancelledError:
-            fork.outcome, fork.finish_reason = "aborted", "abort"
-            fork.finished_at = self.clock.wall()
-            self._fork_done(state, fork, produced=False)
-            raise
-        except EngineError as exc:
-            fork.outcome, fork.finish_reason = "error", "error"
-            fork.finished_at = self.clock.wall()
-            self._fork_done(state, fork, produced=False, note=str(exc))
-            return
-        finally:
-            self._active_requests.discard(fork.request_id)
-        fork.finished_at = self.clock.wall()
-        if fork.finish_reason == "abort":
-            fork.outcome = "aborted"
-            self._fork_done(state, fork, produced=False)
-            return
-        source = extract_fork_candidate(text, opened_fence=opened)
-        record = None
-        if source is not None:
-            record = self._new_candidate(state, source, "fork", fork.request_id, fork.position)
-        if record is None:
-            fork.outcome = "no_code"
-        else:
-            fork.candidate_id = record.candidate_id
-            fork.outcome = "duplicate" if record.duplicate_of is not None else "candidate"
-        self._fork_done(state, fork, produced=fork.outcome == "candidate")
-
-    def _fork_done(self, state: _IterationState, fork: ForkRecord, *, produced: bool,
-                   note: str = "") -> None:
-        if fork.outcome != "aborted":
-            self.recent_fork_yields.append(produced)
-        self._emit("fork_finished", iteration=fork.iteration, request_id=fork.request_id,
-                   candidate_id=fork.candidate_id, position=fork.position,
-                   reason=fork.outcome + (f": {note}" if note else ""))
+    def _new_forker(self, state: _IterationState) -> Forker:
+        """The forker of the iteration's speculating stream. It shares the job's engine (whose
+        prefix cache holds the reasoning), its fork tally and its requests in flight, which the
+        job aborts when the iteration or the job stops."""
+        state.forker = Forker(
+            self.engine, self._policy_factory(), iteration=state.record.index,
+            request_prefix=f"{self.job_id}/it{state.record.index}", prompt_ids=state.prompt_ids,
+            on_candidate=functools.partial(self._new_candidate, state),
+            fork_prompts=self.fork_prompts, fork_max_tokens=self.spec.fork_max_tokens,
+            tally=self.fork_tally, emit=self._emit, clock=self.clock,
+            stopped=lambda: state.stop.is_set() or self.job_stop.is_set(),
+            on_tokens=self._check_token_budget, load_probe=self._load,
+            requests=self._active_requests)
+        return state.forker
 
     # ------------------------------------------------------------------------------ candidates
 
@@ -591,14 +495,14 @@ class OptimizeJob:
         its verdicts answers from there)."""
         self.iterations = list(run.iterations)
         self.reasoning = list(run.reasoning)
-        self.forks = list(run.forks)
         c = run.counters
+        self.fork_tally = ForkTally(
+            forks=list(run.forks), fork_count=int(c.get("fork_count", 0)),
+            fork_tokens=int(c.get("fork_tokens", 0)),
+            forks_skipped=int(c.get("forks_skipped", 0)),
+            recent_fork_yields=[bool(y) for y in c.get("recent_fork_yields", [])])
         self.reasoning_tokens = int(c.get("reasoning_tokens", 0))
-        self.fork_tokens = int(c.get("fork_tokens", 0))
-        self.forks_skipped = int(c.get("forks_skipped", 0))
-        self._fork_count = int(c.get("fork_count", 0))
         self.workers_seen = int(c.get("workers_seen", 0))
-        self.recent_fork_yields = [bool(y) for y in c.get("recent_fork_yields", [])]
         self.no_candidate_notes = [str(n) for n in c.get("no_candidate_notes", [])]
         self._first_iteration = len(run.iterations)
         for record in run.candidates.values():
@@ -759,10 +663,11 @@ class OptimizeJob:
 
     def _check_token_budget(self) -> None:
         budget = self.spec.token_budget
-        if budget is not None and self.reasoning_tokens + self.fork_tokens >= budget:
+        fork_tokens = self.fork_tally.fork_tokens
+        if budget is not None and self.reasoning_tokens + fork_tokens >= budget:
             self._stop_job("token_budget", f"token budget of {budget} spent "
                                            f"({self.reasoning_tokens} reasoning + "
-                                           f"{self.fork_tokens} fork tokens)")
+                                           f"{fork_tokens} fork tokens)")
 
     async def _watch_time(self) -> None:
         if self.spec.time_budget_s is None:
@@ -816,7 +721,7 @@ class OptimizeJob:
         for record in self.candidates.values():
             if record.status == "pending":
                 record.status = "cancelled"
-        for fork in self.forks:
+        for fork in self.fork_tally.forks:
             if fork.finished_at is None:
                 fork.finished_at = self.clock.wall()
                 fork.outcome, fork.finish_reason = "aborted", "abort"
@@ -833,10 +738,11 @@ class OptimizeJob:
         candidates = list(self.candidates.values())
         best = self.best
         best_update = (best.profile or best.validation) if best is not None else None
+        tally = self.fork_tally
         metrics = compute_metrics(
             started_at=self.started_at, finished_at=finished_at, candidates=candidates,
-            forks=self.forks, iterations=self.iterations, reasoning_tokens=self.reasoning_tokens,
-            fork_tokens=self.fork_tokens, forks_skipped=self.forks_skipped,
+            forks=tally.forks, iterations=self.iterations, reasoning_tokens=self.reasoning_tokens,
+            fork_tokens=tally.fork_tokens, forks_skipped=tally.forks_skipped,
             workers_hint=self.workers_seen, best=best)
         return OptimizeResult(
             job_id=self.job_id, problem_name=self.spec.problem_name, mode=self.spec.mode,
@@ -847,18 +753,19 @@ class OptimizeJob:
             best_source=best.source if best else None,
             best_verdict=best_update.verdict if best_update else None,
             cpu_timing=best_update.verdict.cpu_timing if best_update else True,
-            spec=self.spec, iterations=self.iterations, reasoning=self.reasoning, forks=self.forks,
+            spec=self.spec, iterations=self.iterations, reasoning=self.reasoning, forks=tally.forks,
             candidates=candidates, metrics=metrics, error=self.error)
 
     def progress(self) -> JobProgress:
         records = self.candidates.values()
+        tally = self.fork_tally
         return JobProgress(
             elapsed_s=self.clock.now() - self._t0 if self._t0 is not None else 0.0,
             iteration=len(self.iterations),
             reasoning_tokens=self.reasoning_tokens,
-            fork_tokens=self.fork_tokens,
-            forks=len(self.forks),
-            forks_running=sum(1 for f in self.forks if f.finished_at is None),
+            fork_tokens=tally.fork_tokens,
+            forks=len(tally.forks),
+            forks_running=sum(1 for f in tally.forks if f.finished_at is None),
             candidates=sum(1 for r in records if r.duplicate_of is None),
             validating=sum(1 for r in records if r.status == "pending" and r.validation is None),
             profiling=sum(1 for r in records if r.status == "pending" and r.validation is not None),
@@ -876,14 +783,3 @@ class OptimizeJob:
         except Exception:  # a broken display must not stop the job
             log.exception("event callback failed on %s", kind)
 
-
-@contextlib.asynccontextmanager
-async def _closing(stream: AsyncIterator[TokenDelta]):
-    """Close an engine stream however the loop over it ends (break, abort, cancellation)."""
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
