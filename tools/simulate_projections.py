@@ -85,13 +85,14 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    for gpus in sorted({r["gpus"] for r in rows}):
+    for k, gpus in enumerate(sorted({r["gpus"] for r in rows})):
         for pools, style in (("elastic", "-"), ("static", "--")):
             sel = [r for r in rows if r["gpus"] == gpus and r["pools"] == pools]
             xs = [r["jobs"] for r in sel]
-            a.plot(xs, [r["utilization"] or 0 for r in sel], style, marker="o", label=f"{gpus} GPUs {pools}")
-            b.plot(xs, [r["feedback_p95_s"] or float("nan") for r in sel], style, marker="o",
+            a.plot(xs, [r["utilization"] or 0 for r in sel], style, marker="o", color=f"C{k}",
                    label=f"{gpus} GPUs {pools}")
+            b.plot(xs, [r["feedback_p95_s"] or float("nan") for r in sel], style, marker="o",
+                   color=f"C{k}", label=f"{gpus} GPUs {pools}")
     for ax, title in ((a, "evaluation GPUs busy (share)"), (b, "feedback latency p95 (s)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent jobs")

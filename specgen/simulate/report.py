@@ -43,11 +43,11 @@ def plot(r: dict[str, Any], out: Path) -> list[Path]:
     if s:
         fig, ax = plt.subplots(figsize=(8, 3.5))
         t = [row["t"] / 60 for row in s]
-        for pool in ("validate", "profile"):
+        for pool, color in (("validate", "C0"), ("profile", "C3")):
             ax.plot(t, [row[f"{pool}_busy"] / row[f"{pool}_workers"] if row[f"{pool}_workers"] else 0
-                        for row in s], label=f"{pool} pool busy share")
+                        for row in s], color=color, label=f"{pool} pool busy share")
             ax.plot(t, [row[f"{pool}_workers"] / r["eval_gpus"] for row in s], linestyle=":",
-                    label=f"{pool} pool size share")
+                    color=color, label=f"{pool} pool size share")
         ax.set_xlabel("simulated minutes")
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7)
