@@ -32,7 +32,9 @@ from specgen.messages import (
     Hello, JobResult, JobSpec, OptimizeSpec, ReportJobResult, SubmitCandidate, TriggerSettings,
     Verdict, WorkDone,
 )
+from specgen.optimize.fork_prompt import FORK_INSTRUCTION, FORK_STOP
 from specgen.optimize.modes import Mechanisms
+from specgen.optimize.synthetic import CHARS_PER_TOKEN
 from specgen.optimize.termination import JobStanding, VerdictView, default_criterion
 from specgen.optimize.triggers import TriggerContext, build_trigger_policy
 from specgen.runtime.journal import Journal
@@ -41,7 +43,8 @@ from specgen.runtime.settings import RuntimeSettings
 from specgen.simulate.model import Correctness, ServiceTimes, TurnScript, program_key
 
 STEP_TOKENS = 256            # reasoning advances at most this far between rate updates
-FORK_SUFFIX_TOKENS = 32      # the fork prompt's closing think tag + instruction (uncached part)
+# The fork prompt's uncached part: the closing think tag and the loop's own instruction.
+FORK_SUFFIX_TOKENS = round(len("\n</think>" + FORK_INSTRUCTION) / CHARS_PER_TOKEN)
 WALL0 = 1_000_000.0          # virtual wall clock at start (the core wants extracted_at > 0)
 CLIENT = b"client/simulate/0"
 
@@ -226,7 +229,8 @@ class SimJob:
         self.engine.running += 1
         self.sim.counts["forks"] += 1
         answer = firing.fork_answer
-        tokens = (len(answer) // 3 + 8) if answer else 1
+        # The program, then the fence that stops the fork; a fork with no draft to write stops at once.
+        tokens = round(len(answer + FORK_STOP[0]) / CHARS_PER_TOKEN) if answer else 1
         t = self.engine.timing
         dt = t.ttft_s(firing.token + FORK_SUFFIX_TOKENS, cached_tokens=firing.token) / self.sim.cfg.speed \
             + tokens / self.engine.rate()
