@@ -41,6 +41,7 @@ class JobState:
     submitter: bytes | None = None           # receives CandidateUpdates (reasoner or backend)
     reasoner_peer: bytes | None = None
     reasoner_started: float = 0.0             # monotonic; 0 = not started by us
+    reasoner_deaths: int = 0                  # reasoners of this job that exited without a result
     subscribers: set[bytes] = field(default_factory=set)
     candidates: dict[str, CandidateSubmission] = field(default_factory=dict)
     updates: dict[tuple[str, str], CandidateUpdate] = field(default_factory=dict)
@@ -372,9 +373,21 @@ class JobBook:
         job = self.jobs.get(job_id)
         if job is None or job.state != "running":
             return
+        job.reasoner_deaths += 1
+        if job.reasoner_deaths <= self.settings.reasoner_max_restarts:
+            # The job goes on: a new reasoner runs the loop again, and what the dead one submitted
+            # is neither queued twice nor evaluated again (its verdicts are replayed to the new one),
+            # as after a scheduler restart.
+            self._emit(job, "reasoner_restarted", {"exit_code": exit_code, "detail": detail[-500:],
+                                                   "restarts": job.reasoner_deaths})
+            log.warning("job %s: reasoner exited with code %s; starting it again (%d of %d)",
+                        job_id, exit_code, job.reasoner_deaths, self.settings.reasoner_max_restarts)
+            self._start_reasoner(job, now)
+            return
         self._finish_job(job, JobResult(
             job_id=job_id, status="failed",
-            error=f"the job's reasoner exited with code {exit_code} before reporting a result"
+            error=f"the job's reasoner exited with code {exit_code} before reporting a result, "
+                  f"{job.reasoner_deaths} times (setting reasoner_max_restarts)"
                   + (f": {detail}" if detail else "")), now)
 
     def on_resync(self, peer: bytes, msg: ResyncUpdates, now: float) -> None:

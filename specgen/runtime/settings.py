@@ -55,6 +55,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     job_entries: list[str] = msgspec.field(default_factory=lambda: [
         "specgen.optimize.job:run_scheduled_job", "specgen.runtime.jobs:evaluate_candidates"])
     job_grace_s: float = 30.0               # past a job's wall time, its reasoner gets this long
+    reasoner_max_restarts: int = 3          # a job's reasoner that dies is started again this often
     # workers and nodes
     worker_restart_backoff_s: float = 1.0   # wait before restarting a worker that died
     worker_max_restarts: int = 10           # restarts of one worker within 10 minutes, then give up

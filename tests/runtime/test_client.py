@@ -72,6 +72,33 @@ def test_cancel_stops_the_reasoner_and_the_jobs_evaluations(cluster: LocalCluste
         cluster.client.cancel_job("no-such-job")
 
 
+def test_reasoner_killed_mid_job_is_started_again_and_the_job_goes_on(cluster: LocalCluster, softmax_problem: str,
+                                                                       softmax_candidate: str) -> None:
+    candidates = {"slow0": SLOW_CORRECT.replace("0.4", "0.43"), "fast": softmax_candidate, "wrong": WRONG,
+                  "slow1": SLOW_CORRECT.replace("0.4", "0.44")}
+    job = cluster.client.submit(softmax_problem, entry=ENTRY, wall_time_s=300,
+                                options={"candidates": candidates, "submit_interval_s": 0.5})
+    first = next(e for e in job.events(timeout=120) if e.kind == "verdict")
+
+    def reasoners() -> list[int]:
+        return [p for p in descendants(cluster.scheduler.pid)
+                if job.job_id.encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+                and b"specgen.runtime.reasoner" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+    (victim,) = reasoners()
+    os.kill(victim, signal.SIGKILL)
+    result = job.result(timeout=300)
+    events = [first, *job.events(timeout=30)]
+    restarted = [e for e in events if e.kind == "reasoner_restarted"]
+    assert len(restarted) == 1 and restarted[0].data["exit_code"] != 0
+    keys = [(e.data["candidate_id"], e.data["stage"]) for e in events if e.kind == "verdict"]
+    assert len(keys) == len(set(keys)), f"a stage was reported twice: {keys}"
+    assert {k for k in keys if k[1] == "validate"} == {(c, "validate") for c in candidates}
+    assert result.status == "succeeded" and result.summary["validated"] == 4
+    assert job.status().attempts == 2
+    assert victim not in reasoners()
+
+
 def test_bad_problem_input_is_refused_with_a_clear_message(cluster: LocalCluster, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not found"):
         cluster.client.submit(tmp_path / "missing.py")

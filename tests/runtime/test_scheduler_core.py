@@ -401,6 +401,23 @@ def test_reasoner_that_never_registers_fails_the_job_naming_the_setting(h: Harne
     assert result.status == "failed" and "ready_timeout_s" in result.error
 
 
+def test_a_dead_reasoner_is_started_again_up_to_the_setting_then_fails_the_job() -> None:
+    h = Harness(reasoner_max_restarts=2)
+    h.hello(CLIENT, "client", "c")
+    h.send(CLIENT, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="D")))
+    h.core.actions.clear()
+    for death in (1, 2):
+        h.send(f"reasoner/D/{death}".encode(), Hello(role="reasoner", name="D"))
+        h.core.reasoner_exited("D", -9, "killed", h.now)
+        assert h.core.actions == [("start_reasoner", "D")] and h.core.job_status("D").state == "running"
+        h.core.actions.clear()
+    assert h.core.job_status("D").attempts == 3
+    h.core.reasoner_exited("D", -9, "killed", h.now)
+    result = h.core.job_status("D").result
+    assert result.status == "failed" and "reasoner_max_restarts" in result.error
+    assert ("stop_reasoner", "D") in h.core.actions
+
+
 def test_restart_resumes_jobs_from_the_journal_without_losing_or_repeating(tmp_path) -> None:
     path = tmp_path / "journal.sqlite3"
     h = Harness(Journal(path))
