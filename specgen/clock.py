@@ -60,7 +60,7 @@ class SystemClock:
 SYSTEM_CLOCK = SystemClock()
 
 
-class Timer:
+class TimerHandle:
     """A pending callback of a `VirtualClock`; `cancel()` before it is due keeps it from firing."""
 
     __slots__ = ("when", "callback", "cancelled")
@@ -86,7 +86,7 @@ class VirtualClock:
     def __init__(self, start: float = 0.0, wall_start: float | None = None) -> None:
         self._now = float(start)
         self._wall_offset = (float(wall_start) if wall_start is not None else float(start)) - self._now
-        self._timers: list[tuple[float, int, Timer]] = []
+        self._timers: list[tuple[float, int, TimerHandle]] = []
         self._seq = itertools.count()
 
     def now(self) -> float:
@@ -96,13 +96,13 @@ class VirtualClock:
         return self._now + self._wall_offset
 
     # -- timers ---------------------------------------------------------------------------
-    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+    def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
         """Run `callback` once the clock reaches `when` (at once on the next advance if past)."""
-        timer = Timer(float(when), callback)
+        timer = TimerHandle(float(when), callback)
         heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
         return timer
 
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         return self.call_at(self._now + max(0.0, delay), callback)
 
     def next_due(self) -> float | None:

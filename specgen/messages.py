@@ -75,7 +75,7 @@ class CandidateUpdate(msgspec.Struct, kw_only=True, gc=False):
 
 # --------------------------------------------------------------------------- evaluation runners
 # Frames between an evaluation worker and the runner and build subprocesses it starts
-# (specgen/eval/worker.py, runner.py). They never leave the host: length-prefixed over a pipe pair
+# (specgen/eval/evaluator.py, runner.py). They never leave the host: length-prefixed over a pipe pair
 # (specgen/eval/protocol.py), one job in and one result out per process.
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).

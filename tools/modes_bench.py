@@ -67,8 +67,8 @@ def remeasure(results: dict[str, OptimizeResult], problem: str, device: str, cac
     """
     import statistics
 
+    from specgen.eval.evaluator import EvalWorker
     from specgen.eval.options import EvalOptions
-    from specgen.eval.worker import EvalWorker
     from specgen.messages import CandidateSubmission
 
     from specgen.optimize.dedup import fingerprint

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from specgen.messages import CandidateSubmission  # noqa: E402
 from specgen.runtime.local import LocalCluster  # noqa: E402
-from specgen.runtime.replay import Recording, ReplaySample, directive, write_recording  # noqa: E402
+from specgen.runtime.replay_evaluator import Recording, ReplaySample, directive, write_recording  # noqa: E402
 from specgen.runtime.settings import RuntimeSettings  # noqa: E402
 
 RECORDING = ROOT / "tools" / "data" / "pool_bench_recording.json"

@@ -6,7 +6,7 @@ pool's device and sends its shrink over the pool control channel (a real ZeroMQ 
 pair); the pool's `PoolControlAgent` applies it (relocating/evicting blocks, waiting for the loads
 that pin them, freeing the segments). Measured: from the steward's decision to the memory being
 freed (the agent's step returning), then the steward's grow-back restores the pool for the next
-round. The code path is the one `specgen serve` uses: KvPoolSteward.steer -> PoolController ->
+round. The code path is the one `specgen serve` uses: KvPoolSteward.steer -> KvPoolController ->
 PoolControlAgent.step -> RemoteKvPool.shrink/release_segment.
 
     python tools/pool_release_bench.py --device cpu --out release_cpu.json
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specgen.kv.extension import kv_extension  # noqa: E402
 from specgen.kv.layout import KvLayout  # noqa: E402
 from specgen.kv.pool import RemoteKvPool  # noqa: E402
-from specgen.kv.pool_control import PoolControlAgent, PoolController  # noqa: E402
+from specgen.kv.pool_control import KvPoolController, PoolControlAgent  # noqa: E402
 from specgen.kv.segments import HOST, host_device_index  # noqa: E402
 from specgen.runtime.kv_steward import KvPoolSteward, WorkerPlacement  # noqa: E402
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     reserve = int(args.reserve_gib * GIB)
     steward = KvPoolSteward(reserve_bytes=reserve, regrow_idle_s=0.0, pool_timeout_s=1e9)
     tmp = tempfile.mkdtemp(prefix="specgen-release-bench-")
-    controller = PoolController(f"ipc://{tmp}/kv.sock")
+    controller = KvPoolController(f"ipc://{tmp}/kv.sock")
     agent = PoolControlAgent(pool, controller.endpoint, stats_interval_s=3600.0)
     worker_device = host_device_index(device)
     worker = dict(name="bench/profiler", host=socket.gethostname(), device=worker_device)

@@ -44,7 +44,7 @@ from specgen.messages import (  # noqa: E402
 )
 from specgen.runtime.journal import Journal  # noqa: E402
 from specgen.runtime.local import LocalCluster  # noqa: E402
-from specgen.runtime.replay import ReplaySample, directive  # noqa: E402
+from specgen.runtime.replay_evaluator import ReplaySample, directive  # noqa: E402
 from specgen.runtime.scheduler_core import SchedulerCore  # noqa: E402
 from specgen.runtime.settings import RuntimeSettings  # noqa: E402
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import AsyncIterator, Protocol
 
 from specgen.engines.base import EngineError, GenerationParams, TokenDelta
-from specgen.engines.replay import ExtraIterations, ReplayEngine
+from specgen.engines.replay_engine import ExtraIterations, ReplayEngine
 from specgen.engines.request_tracking import ActiveRequest, check_fork_args
 from specgen.engines.timing_model import TimingModel
 from specgen.engines.trace import Iteration, Trace

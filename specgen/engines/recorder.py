@@ -83,7 +83,7 @@ def default_next_messages(index: int, messages: list[dict[str, str]], final_text
 
 def tokenizer_spec_of(engine: Engine) -> dict[str, str]:
     """How a trace names the tokenizer of `engine`'s ids."""
-    from specgen.engines.replay import ReplayEngine
+    from specgen.engines.replay_engine import ReplayEngine
 
     if isinstance(engine, ReplayEngine):
         return dict(engine.trace.metadata.tokenizer)

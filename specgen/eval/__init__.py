@@ -9,9 +9,9 @@ Public API:
 Importing this package does not import torch: only runner subprocesses do.
 """
 from specgen.eval.api import evaluate
-from specgen.eval.loader import CandidateSource, ProblemSource, load_candidate, load_problem
+from specgen.eval.evaluator import EvalWorker
 from specgen.eval.guards import FLAG_CODES, flag_code
-from specgen.eval.worker import EvalWorker
+from specgen.eval.loader import CandidateSource, ProblemSource, load_candidate, load_problem
 from specgen.messages import EvalOptions
 
 __all__ = ["evaluate", "EvalWorker", "EvalOptions", "load_problem", "load_candidate",

@@ -6,8 +6,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from specgen.eval.evaluator import EvalWorker
 from specgen.eval.loader import load_candidate, load_problem
-from specgen.eval.worker import EvalWorker
 from specgen.messages import CandidateSubmission, EvalOptions, Verdict
 
 

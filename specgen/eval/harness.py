@@ -29,7 +29,7 @@ from specgen.eval import extensions
 from specgen.eval.compare import compare, flatten
 from specgen.eval.extensions import KernelLedger
 from specgen.eval.guards import probes
-from specgen.eval.guards.runtime import LaunchCounter, Sentinels, ThreadCounter, precision_state
+from specgen.eval.guards.dynamic import LaunchCounter, Sentinels, ThreadCounter, precision_state
 from specgen.eval.guards.static import scan_source
 from specgen.eval.loader import candidate_from_text, exec_source, problem_from_text
 from specgen.eval.timing import Timer
@@ -40,7 +40,7 @@ class _Stop(Exception):
     """Evaluation cannot go on (the verdict already says why)."""
 
 
-def run_job(job: RunJob, device: str, device_name: str) -> RunResult:
+def evaluate_run_job(job: RunJob, device: str, device_name: str) -> RunResult:
     evaluation = Evaluation(job, device, device_name)
     try:
         with torch.no_grad():

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator
 
-from specgen.eval.worker import EvalWorker
-from specgen.messages import CandidateSubmission, CandidateUpdate, Verdict
 from specgen.backend import BackendLoad
+from specgen.eval.evaluator import EvalWorker
+from specgen.messages import CandidateSubmission, CandidateUpdate, Verdict
 
 
 @dataclass

@@ -202,7 +202,7 @@ def _run_as_init(program: list[str]) -> None:
     The kernel shields PID 1 from every signal it has no handler for, so a runner that were PID 1
     would survive its own SIGABRT (glibc's abort() then faults: a SIGSEGV). As PID 2 it dies the
     way it would anywhere; init then exits with the shell's convention, 128 + the signal, which
-    the worker reads back as that signal (process.py). When init exits, the kernel kills whatever
+    the worker reads back as that signal (runner_process.py). When init exits, the kernel kills whatever
     is left in the namespace.
     """
     child = os.fork()

@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     if job is None:
         os._exit(0)  # the worker closed the pipe: a spare that was never used
     _limit_memory(job.options.memory_limit_mb, device, job.options.gpu_memory_fraction)
-    from specgen.eval.harness import run_job
-    result = run_job(job, device, name)
+    from specgen.eval.harness import evaluate_run_job
+    result = evaluate_run_job(job, device, name)
     sys.stdout.flush()
     sys.stderr.flush()
     write_frame(args.result_fd, result)

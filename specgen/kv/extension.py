@@ -38,3 +38,9 @@ def cuda_compiled() -> bool:
 def cuda_device_count() -> int:
     """CUDA devices the extension can use now (0 without a driver or GPU)."""
     return int(kv_extension().device_count())
+
+
+def kv_transfer_error() -> type[Exception]:
+    """The exception type the compiled extension raises (a RuntimeError whose message starts with
+    the C++/CUDA source file and line that failed)."""
+    return kv_extension().KvTransferError

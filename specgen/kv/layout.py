@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from specgen.kv.errors import KvPoolError
+from specgen.kv.pool_errors import KvPoolError
 
 # Each region starts at a multiple of this inside a slot (the copy kernel's vector width).
 SLOT_ALIGNMENT = 16

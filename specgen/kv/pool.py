@@ -33,9 +33,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from specgen.kv.block_table import BlockTable, block_keys
-from specgen.kv.errors import KvPoolError, KvPoolTimeout
 from specgen.kv.extension import kv_extension
 from specgen.kv.layout import KvLayout
+from specgen.kv.pool_errors import KvPoolError, KvPoolTimeout
 from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index
 from specgen.kv.transfer import KvTransfer
 from specgen.messages import KvPoolStats

@@ -2,7 +2,7 @@
 
 A pool hosted by vLLM's offloading connector runs in the engine's scheduler process, out of reach of
 specgen's own objects. It connects a DEALER socket to an endpoint the node (or scheduler, or a test)
-binds with a ROUTER (`PoolController`): the pool sends its `KvPoolStats` every `stats_interval_s` and
+binds with a ROUTER (`KvPoolController`): the pool sends its `KvPoolStats` every `stats_interval_s` and
 after each resize, and takes `KvPoolResize` requests. Each is one frame framed by specgen.wire like
 every runtime message (a ROUTER sees the pool's identity first); the channel has no error reply,
 so a frame that is not the one message type a side takes is skipped. The pool side never blocks: it
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 import zmq
 
 from specgen import wire
-from specgen.kv.errors import KvPoolError, KvPoolTimeout
+from specgen.kv.pool_errors import KvPoolError, KvPoolTimeout
 from specgen.messages import KvPoolResize, KvPoolStats
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class PoolControlAgent:
         self.client.close()
 
 
-class PoolController:
+class KvPoolController:
     """Controller side: bind, receive pools' stats, ask a pool to resize."""
 
     def __init__(self, endpoint: str) -> None:

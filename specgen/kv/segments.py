@@ -17,8 +17,8 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
-from specgen.kv.errors import KvPoolError
 from specgen.kv.extension import kv_extension
+from specgen.kv.pool_errors import KvPoolError
 
 HOST = -1  # device index used for host memory
 

@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 
 from specgen.kv.block_table import BlockTable, block_key
-from specgen.kv.errors import KvPoolError
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool import MAX_SEGMENTS
+from specgen.kv.pool_errors import KvPoolError
 from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index
 from specgen.kv.transfer import KvTransfer
 from specgen.messages import KvPoolStats

@@ -81,7 +81,7 @@ class BenchConfig:
 
 
 @dataclass
-class JobRecord:
+class BenchJobRecord:
     mode: str
     problem: str
     batch: int
@@ -109,7 +109,7 @@ class BatchRecord:
 @dataclass
 class BenchRun:
     config: dict[str, Any]
-    jobs: list[JobRecord] = field(default_factory=list)
+    jobs: list[BenchJobRecord] = field(default_factory=list)
     batches: list[BatchRecord] = field(default_factory=list)
     ceiling: float = 1.0
     ceiling_turns: list[dict] = field(default_factory=list)
@@ -158,7 +158,7 @@ def hardware_label(devices: list[str]) -> str:
 
 
 async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backend: Any,
-                   batch: int) -> JobRecord:
+                   batch: int) -> BenchJobRecord:
     from specgen.optimize.loop import run_job
 
     writer = (fork_writer(config.fork_model, config.live_engine, max_tokens=config.fork_max_tokens)
@@ -172,13 +172,13 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
         max_iterations=len(problem.trace.iterations), time_budget_s=config.time_budget_s,
         target_speedup=config.target_speedup, best_of_n=config.best_of_n)
     result = await run_job(spec, engine, backend)
-    return JobRecord(mode=mode, problem=problem.name, batch=batch, result=result,
+    return BenchJobRecord(mode=mode, problem=problem.name, batch=batch, result=result,
                      intervals=_intervals(result), forks_written=engine.forks_written,
                      evaluations=_evaluations(result))
 
 
 async def run_bench(config: BenchConfig,
-                    on_job_done: Callable[[JobRecord], None] | None = None) -> BenchRun:
+                    on_job_done: Callable[[BenchJobRecord], None] | None = None) -> BenchRun:
     from specgen.optimize.commands import local_cluster
 
     config.check()
@@ -235,10 +235,10 @@ def prebuild(config: BenchConfig) -> int:
     Programs a fork model writes afresh (`model`) are built when they come, in every mode alike."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from specgen.errors import UsageError
+    from specgen.eval.evaluator import EvalWorker
     from specgen.eval.loader import candidate_from_text
     from specgen.eval.options import EvalOptions
-    from specgen.eval.worker import EvalWorker
-    from specgen.errors import UsageError
 
     assert config.cache_dir is not None
     sources = {s for p in config.problems for s in programs_in(p.trace)}

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specgen.optimize.bench import NEAR_BEST, BenchRun, JobRecord
+from specgen.optimize.bench import NEAR_BEST, BenchRun, BenchJobRecord
 
 BASELINES = ("sequential", "best-of-n", "pipeline")
 
@@ -36,7 +36,7 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def job_figures(job: JobRecord, run_best: float | None) -> dict[str, Any]:
+def job_figures(job: BenchJobRecord, run_best: float | None) -> dict[str, Any]:
     r, m = job.result, job.result.metrics
     to_near_best = None
     if run_best is not None:

@@ -296,9 +296,9 @@ async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
         return
     if on_kv_control is not None:
         on_kv_control(None)
+    from specgen.eval.evaluator import EvalWorker
     from specgen.eval.local_backend import LocalEvaluationBackend
     from specgen.eval.options import EvalOptions
-    from specgen.eval.worker import EvalWorker
 
     with tempfile.TemporaryDirectory(prefix="specgen-optimize-") as scratch:
         workers = [EvalWorker(device=device, work_dir=Path(scratch) / f"worker{i}",

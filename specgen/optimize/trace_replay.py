@@ -9,7 +9,7 @@ any engine that has it, before iteration k's streams start.
 from __future__ import annotations
 
 from specgen.engines.modelled import ModelledEngine
-from specgen.engines.replay import ReplayEngine
+from specgen.engines.replay_engine import ReplayEngine
 
 
 class IterationPinning:

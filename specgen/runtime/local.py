@@ -34,9 +34,9 @@ from pathlib import Path
 import msgspec
 
 from specgen.runtime.auth import new_join_secret
-from specgen.runtime.backend import SchedulerEvaluationBackend
+from specgen.runtime.child_process import ChildProcess, log_tail, pid_alive
 from specgen.runtime.client import Client
-from specgen.runtime.process import ChildProcess, log_tail, pid_alive
+from specgen.runtime.scheduler_backend import SchedulerEvaluationBackend
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import RuntimeFailure
 

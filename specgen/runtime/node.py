@@ -47,7 +47,7 @@ from specgen.runtime.auth import (
     client_keys_to_text, load_client_keys, load_join_secret, peer_credential, present_credential,
     require_keys_for,
 )
-from specgen.runtime.process import ChildProcess, die_with_parent, log_tail, take_secrets
+from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, take_secrets
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import PeerConnection, SocketReader
 from specgen.runtime.worker import CONFIG_ENV, WorkerConfig

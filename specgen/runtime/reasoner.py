@@ -31,9 +31,9 @@ import msgspec
 
 from specgen.messages import JobEvent, JobResult, JobSpec
 from specgen.runtime.auth import client_keys_from_env, client_keys_from_text, present_credential
-from specgen.runtime.backend import SchedulerEvaluationBackend
+from specgen.runtime.child_process import die_with_parent, take_secrets
 from specgen.runtime.client import Client
-from specgen.runtime.process import die_with_parent, take_secrets
+from specgen.runtime.scheduler_backend import SchedulerEvaluationBackend
 from specgen.runtime.settings import settings_from_env
 
 log = logging.getLogger("specgen.reasoner")

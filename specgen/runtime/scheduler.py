@@ -39,10 +39,10 @@ from specgen.runtime.auth import (
     ephemeral_client_keys, is_loopback, load_join_secret, load_server_keys, peer_credential,
     require_keys_for,
 )
+from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
 from specgen.runtime.journal import Journal
-from specgen.runtime.metrics import SchedulerMetrics
-from specgen.runtime.process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
 from specgen.runtime.scheduler_core import SchedulerCore
+from specgen.runtime.scheduler_metrics import SchedulerMetrics
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
 from specgen.runtime.transport import NOBLOCK, POLLIN, configure, new_context, recv_frame, send_frames
 

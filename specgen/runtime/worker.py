@@ -41,7 +41,7 @@ from specgen.runtime import wire
 from specgen.runtime.auth import (
     ClientKeys, client_keys_from_env, client_keys_from_text, present_credential,
 )
-from specgen.runtime.process import die_with_parent, parent_alive, take_secrets
+from specgen.runtime.child_process import die_with_parent, parent_alive, take_secrets
 from specgen.runtime.settings import RuntimeSettings, settings_from_env
 from specgen.runtime.transport import PeerConnection
 
@@ -81,7 +81,7 @@ def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluato
                           spare_processes=settings.spare_processes, options=options,
                           name=config.name, hidden_paths=hidden)
     if config.evaluator == "replay" or config.evaluator.startswith("replay:"):
-        from specgen.runtime.replay import ReplayEvaluator
+        from specgen.runtime.replay_evaluator import ReplayEvaluator
 
         return ReplayEvaluator.from_spec(config.evaluator)
     raise ValueError(f"unknown evaluator {config.evaluator!r}: 'eval', 'replay' or 'replay:PATH'")

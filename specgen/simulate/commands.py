@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from specgen.engines.timing_model import TimingModel
     from specgen.errors import UsageError
     from specgen.simulate import report
+    from specgen.simulate.bench_replay import replay, table
     from specgen.simulate.model import ServiceTimes
-    from specgen.simulate.replay import replay, table
     from specgen.simulate.workload import bench_problems, build
 
     if args.replay_bench:

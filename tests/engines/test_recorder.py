@@ -6,7 +6,7 @@ import pytest
 
 from specgen.engines.base import GenerationParams
 from specgen.engines.recorder import RecordingPlan, record_trace
-from specgen.engines.replay import ReplayEngine
+from specgen.engines.replay_engine import ReplayEngine
 from specgen.engines.trace import Trace, TraceBuilder
 
 MESSAGES = [{"role": "user", "content": "Make ReLU fast."}]

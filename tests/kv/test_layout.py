@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specgen.kv.errors import KvPoolError
 from specgen.kv.layout import KvLayout
+from specgen.kv.pool_errors import KvPoolError
 
 
 def test_packed_layouts_give_one_region_per_layer() -> None:

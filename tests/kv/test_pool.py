@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from specgen.kv.block_table import block_keys
-from specgen.kv.errors import KvPoolError, KvPoolTimeout
 from specgen.kv.extension import kv_extension
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool import RemoteKvPool
+from specgen.kv.pool_errors import KvPoolError, KvPoolTimeout
 from specgen.messages import KvPoolStats
 from tests.kv.kv_helpers import ByteViews, cache_tensors, synchronize_all
 

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from specgen.kv.block_table import block_keys
-from specgen.kv.errors import KvPoolError
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool import RemoteKvPool
-from specgen.kv.pool_control import PoolControlAgent, PoolController
+from specgen.kv.pool_control import KvPoolController, PoolControlAgent
+from specgen.kv.pool_errors import KvPoolError
 from tests.kv.kv_helpers import cache_tensors
 
 
@@ -30,7 +30,7 @@ def _step_until(agent: PoolControlAgent, count: int, timeout_s: float = 5.0) -> 
 
 
 def test_agent_reports_the_pool_and_applies_resizes_in_whole_segments() -> None:
-    controller = PoolController("tcp://127.0.0.1:*")
+    controller = KvPoolController("tcp://127.0.0.1:*")
     pool = _host_pool()
     pool.grow()
     seg = pool.segment_bytes
@@ -63,7 +63,7 @@ def test_agent_reports_the_pool_and_applies_resizes_in_whole_segments() -> None:
 
 def test_a_shrink_held_up_by_a_copy_in_flight_still_reports_what_the_pool_holds(
         caplog: pytest.LogCaptureFixture) -> None:
-    controller = PoolController("tcp://127.0.0.1:*")
+    controller = KvPoolController("tcp://127.0.0.1:*")
     pool = _host_pool(segments=1)
     pool.grow()
     pool.store([b"a"], [0]).wait()

@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from specgen.kv.errors import KvPoolError
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool import RemoteKvPool
+from specgen.kv.pool_errors import KvPoolError
 from specgen.kv.segments import SegmentGrant, open_segment
 from tests.kv.kv_helpers import ByteViews, cache_tensors, synchronize_all
 

@@ -22,8 +22,8 @@ from vllm.v1.kv_offload.base import (  # noqa: E402
     make_offload_key,
 )
 
-from specgen.kv.errors import KvPoolError  # noqa: E402
-from specgen.kv.pool_control import PoolControlClient, PoolController  # noqa: E402
+from specgen.kv.pool_control import KvPoolController, PoolControlClient  # noqa: E402
+from specgen.kv.pool_errors import KvPoolError  # noqa: E402
 from specgen.kv.vllm_offload import (  # noqa: E402
     SUPPORTED_VLLM_VERSIONS,
     PoolSettings,
@@ -155,7 +155,7 @@ def test_settings_are_checked() -> None:
 
 
 def test_control_channel_carries_stats_and_resize_requests() -> None:
-    controller = PoolController("tcp://127.0.0.1:*")
+    controller = KvPoolController("tcp://127.0.0.1:*")
     client = PoolControlClient(controller.endpoint, "pool-e")
     try:
         client.send_stats(KvPoolStats(pool_id="pool-e", capacity_bytes=7))
@@ -185,7 +185,7 @@ def test_fork_reuses_reasoning_blocks_from_the_pool_on_vllms_cpu_engine() -> Non
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     path = build_tiny_model(default_tiny_model_dir())
-    controller = PoolController("tcp://127.0.0.1:*")
+    controller = KvPoolController("tcp://127.0.0.1:*")
     segment = 4 * 65536                      # 4 blocks of the tiny model (128 tokens, fp32)
     config = KVTransferConfig(
         kv_connector="OffloadingConnector", kv_role="kv_both", engine_id="specgen-kv-test",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from specgen.eval.evaluator import EvalWorker
 from specgen.eval.local_backend import LocalEvaluationBackend
 from specgen.eval.options import EvalOptions
-from specgen.eval.worker import EvalWorker
 
 DATA = Path(__file__).resolve().parents[2] / "specgen" / "data"
 PROBLEMS = DATA / "problems"

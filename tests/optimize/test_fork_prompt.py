@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from specgen.engines.replay import ReplayEngine
+from specgen.engines.replay_engine import ReplayEngine
 from specgen.optimize.bundled import bundled_trace
 from specgen.optimize.fork_prompt import FORK_INSTRUCTION, ForkPromptBuilder
 

@@ -10,11 +10,11 @@ import pytest
 from tests.engines.conftest import loop, tiny_model_path, tiny_tokenizer  # noqa: F401  (fixtures)
 from specgen.cli import main as cli_main
 from specgen.engines.base import GenerationParams
-from specgen.engines.replay import ReplayEngine
+from specgen.engines.replay_engine import ReplayEngine
 from specgen.engines.trace import Trace, TraceFormatError
-from specgen.optimize.trace_import import TraceImportError, embedded_sources, import_traces
 from specgen.errors import UsageError
 from specgen.optimize.bundled import bundled_problems
+from specgen.optimize.trace_import import TraceImportError, embedded_sources, import_traces
 
 SOFTMAX = bundled_problems()["softmax"].read_text()
 LAYERNORM = bundled_problems()["layernorm"].read_text()

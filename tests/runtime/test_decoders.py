@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from specgen.eval import protocol
 from specgen.eval.protocol import FrameError, FrameReader
 from specgen.kv import pool_control
-from specgen.kv.pool_control import PoolControlClient, PoolController
+from specgen.kv.pool_control import KvPoolController, PoolControlClient
 from specgen.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -401,7 +401,7 @@ def test_kv_read_frame_returns_its_type_or_nothing(frame: bytes) -> None:
 
 
 def test_pool_controller_skips_garbage_and_still_takes_honest_stats() -> None:
-    controller = PoolController("inproc://decoders-pool-controller")
+    controller = KvPoolController("inproc://decoders-pool-controller")
     ctx = zmq.Context.instance()
     raw: dict[bytes, zmq.Socket] = {}
     honest = PoolControlClient(controller.endpoint, "honest")
@@ -575,7 +575,7 @@ def test_peer_connection_frame_handler_survives_any_frame_from_the_scheduler() -
        | st.sampled_from([20, 5_000, 50_000]).map(lambda d: '{"validate_s": 1, "zz": ' + "[" * d + "]" * d + "}"))
 def test_replay_directives_decode_or_raise_a_value_error_that_says_so(rest: str) -> None:
     from specgen.messages import CandidateSubmission
-    from specgen.runtime.replay import DIRECTIVE, ReplayEvaluator, ReplaySample
+    from specgen.runtime.replay_evaluator import DIRECTIVE, ReplayEvaluator, ReplaySample
 
     sub = CandidateSubmission(job_id="j", candidate_id="c", problem_name="p", problem_source="",
                               candidate_source=f"{DIRECTIVE} {rest}\n")
@@ -591,7 +591,7 @@ def test_replay_directives_decode_or_raise_a_value_error_that_says_so(rest: str)
        | st.sampled_from([20, 5_000, 50_000]).map(lambda d: b'{"ref_ms": 1, "ref_spread": 0, "zz": '
                                                   + b"[" * d + b"]" * d + b"}"))
 def test_cache_files_written_by_runners_read_back_or_count_as_missing(tmp_path_factory, content: bytes) -> None:
-    from specgen.eval.worker import RefTimingCache, _read_marker
+    from specgen.eval.evaluator import RefTimingCache, _read_marker
 
     root = tmp_path_factory.mktemp("cache", numbered=True)
     cache = RefTimingCache(root)

@@ -1,6 +1,6 @@
 """The built-in evaluate_candidates job, through a real scheduler with replaying workers."""
 from specgen.runtime.local import LocalCluster
-from specgen.runtime.replay import ReplaySample, directive
+from specgen.runtime.replay_evaluator import ReplaySample, directive
 
 ENTRY = "specgen.runtime.jobs:evaluate_candidates"
 PROBLEM = "class Model:\n    pass\n"

@@ -115,8 +115,8 @@ def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> Non
     derived from the join secret the scheduler wrote to its state directory."""
     import specgen
     from specgen.runtime.auth import generate
-    from specgen.runtime.process import ChildProcess
-    from specgen.runtime.replay import ReplaySample, directive
+    from specgen.runtime.child_process import ChildProcess
+    from specgen.runtime.replay_evaluator import ReplaySample, directive
     from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 
     keys = tmp_path / "keys"

@@ -69,7 +69,7 @@ def test_live_scheduler_moves_workers_between_pools_as_the_mix_changes() -> None
 
     from specgen.messages import CandidateSubmission
     from specgen.runtime.local import LocalCluster
-    from specgen.runtime.replay import ReplaySample, directive
+    from specgen.runtime.replay_evaluator import ReplaySample, directive
 
     from tests.runtime.conftest import wait_for
 

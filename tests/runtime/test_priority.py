@@ -71,7 +71,7 @@ def test_live_scheduler_runs_requests_in_priority_order() -> None:
     import time
 
     from specgen.runtime.local import LocalCluster
-    from specgen.runtime.replay import ReplaySample, directive
+    from specgen.runtime.replay_evaluator import ReplaySample, directive
     from specgen.runtime.settings import RuntimeSettings
 
     settings = RuntimeSettings(priority_rule=["deadline", "stage", "oldest"])

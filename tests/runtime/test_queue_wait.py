@@ -21,7 +21,7 @@ from specgen.messages import (
 from specgen.runtime import wire
 from specgen.runtime.client import Client
 from specgen.runtime.local import LocalCluster
-from specgen.runtime.replay import ReplaySample, directive
+from specgen.runtime.replay_evaluator import ReplaySample, directive
 from specgen.runtime.settings import RuntimeSettings
 from specgen.runtime.transport import CallTimeout
 

@@ -12,8 +12,8 @@ from specgen.cli import main as cli_main
 from specgen.messages import PROTOCOL_VERSION, ErrorReply, Hello, Ping, Pong, SubmitCandidate, Welcome
 from specgen.runtime import wire
 from specgen.runtime.auth import ClientKeys, generate, load_client_keys
+from specgen.runtime.child_process import ChildProcess
 from specgen.runtime.client import Client
-from specgen.runtime.process import ChildProcess
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import AuthenticationFailed, SchedulerUnreachable
 

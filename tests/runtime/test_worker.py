@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from specgen.messages import AssignWork, CancelWork, CandidateSubmission
-from specgen.runtime.replay import ReplayEvaluator, ReplaySample, directive
+from specgen.runtime.replay_evaluator import ReplayEvaluator, ReplaySample, directive
 from specgen.runtime.settings import RuntimeSettings
 from specgen.runtime.worker import WorkerActor, WorkerConfig, build_evaluator
 

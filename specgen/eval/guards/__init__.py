@@ -12,7 +12,7 @@ arranges the run so that a hack fails the ordinary correctness check. Where they
   step of doing the work itself. `GUARDS` names them all.
 
 Isolation is not listed: the sandbox (`sandbox.py`, `namespaces.py`), one runner process per
-candidate (`process.py`) and the scrubbing of what a run reports (`redact.py`) protect everything
+candidate (`runner_process.py`) and the scrubbing of what a run reports (`redact.py`) protect everything
 outside the run, not the run's own verdict.
 
 Importing this package does not import torch (`specgen.eval` exports `FLAG_CODES` from here).
@@ -66,13 +66,13 @@ GUARDS: tuple[Guard, ...] = (
           "introspection",
           "known hacks visible in the source, C++/CUDA strings included (refused unexecuted)"),
     # --- installed in the runner before the candidate's module executes
-    Guard("guards.runtime:Sentinels", "timer-patch monkey-patch problem-namespace",
+    Guard("guards.dynamic:Sentinels", "timer-patch monkey-patch problem-namespace",
           "patched timers, events, synchronize, torch ops, nn classes or the problem's module"),
-    Guard("guards.runtime:precision_state", "precision",
+    Guard("guards.dynamic:precision_state", "precision",
           "global precision lowered: TF32, reduced-precision reductions, autocast, default dtype"),
-    Guard("guards.runtime:LaunchCounter", "custom-kernel-not-run kernel-error-fallback",
+    Guard("guards.dynamic:LaunchCounter", "custom-kernel-not-run kernel-error-fallback",
           "Triton kernels that never launch, or raise while the call carries on in PyTorch"),
-    Guard("guards.runtime:ThreadCounter", "thread", "work moved to threads the timer does not see"),
+    Guard("guards.dynamic:ThreadCounter", "thread", "work moved to threads the timer does not see"),
     Guard("extensions:install", "custom-kernel-not-run",
           "an extension that never builds with a silent fallback (failed builds are recorded)"),
     Guard("extensions:CountingModule", "custom-kernel-not-run kernel-error-fallback",

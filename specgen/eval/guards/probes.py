@@ -13,7 +13,7 @@ import torch
 
 from specgen.eval.compare import compare, flatten
 from specgen.eval.floor import floor_ms
-from specgen.eval.guards.runtime import precision_state, restore_precision
+from specgen.eval.guards.dynamic import precision_state, restore_precision
 
 if TYPE_CHECKING:
     from specgen.eval.harness import Evaluation

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from specgen.runtime.process import ChildProcess, log_tail
+from specgen.runtime.child_process import ChildProcess, log_tail
 
 from tests.runtime.conftest import alive, wait_for
 
@@ -22,7 +22,7 @@ while True:
 PARENT = """
 import sys, time
 from pathlib import Path
-from specgen.runtime.process import ChildProcess, die_with_parent
+from specgen.runtime.child_process import ChildProcess, die_with_parent
 die_with_parent()
 child = ChildProcess("grandchild", "sleeper").start()
 Path(sys.argv[1]).write_text(str(child.pid))
@@ -31,7 +31,7 @@ while True:
 """
 
 SLEEPER = """
-from specgen.runtime.process import die_with_parent
+from specgen.runtime.child_process import die_with_parent
 import time
 die_with_parent()
 while True:
@@ -71,7 +71,7 @@ def test_grandchild_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
 SECRETIVE = """
 import json, os, subprocess, sys
 from pathlib import Path
-from specgen.runtime.process import SECRETS_FD_ENV, take_secrets
+from specgen.runtime.child_process import SECRETS_FD_ENV, take_secrets
 fd = int(os.environ[SECRETS_FD_ENV])
 secrets = take_secrets()
 assert take_secrets() is secrets

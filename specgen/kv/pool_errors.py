@@ -1,4 +1,5 @@
-"""Errors raised by specgen.kv."""
+"""The KV pool's errors (block table, pool, segments, control channel). The copy extension's own
+failures are `kv_extension().KvTransferError` (`specgen.kv.extension`)."""
 from __future__ import annotations
 
 from specgen.errors import SpecgenError
@@ -11,10 +12,3 @@ class KvPoolError(SpecgenError):
 class KvPoolTimeout(KvPoolError, TimeoutError):
     """A wait inside the pool ran out; the message names the setting that controls it."""
 
-
-def kv_transfer_error() -> type[Exception]:
-    """The exception type the compiled extension raises (a RuntimeError whose message starts with
-    the C++/CUDA source file and line that failed)."""
-    from specgen.kv.extension import kv_extension
-
-    return kv_extension().KvTransferError

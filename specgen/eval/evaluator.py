@@ -26,11 +26,11 @@ import msgspec
 from specgen.errors import UsageError
 from specgen.eval import sandbox
 from specgen.eval.extensions import publish_builds
-from specgen.eval.loader import CandidateSource, candidate_from_text, problem_from_text
-from specgen.eval.process import RunnerError, RunnerProcess, SparePool, runner_env
-from specgen.eval.redact import redact_verdict
-from specgen.eval.sandbox import SandboxSpec, SandboxStatus
 from specgen.eval.guards.static import scan_source
+from specgen.eval.loader import CandidateSource, candidate_from_text, problem_from_text
+from specgen.eval.redact import redact_verdict
+from specgen.eval.runner_process import RunnerError, RunnerProcess, SparePool, runner_env
+from specgen.eval.sandbox import SandboxSpec, SandboxStatus
 from specgen.messages import (BuildJob, BuildResult, CandidateSubmission, EvalOptions, RefTiming, RunJob,
                               RunnerReady, RunResult, Verdict)
 

@@ -6,7 +6,7 @@ import pytest
 
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission
-from specgen.runtime.replay import Recording, ReplayEvaluator, ReplaySample, directive, write_recording
+from specgen.runtime.replay_evaluator import Recording, ReplayEvaluator, ReplaySample, directive, write_recording
 
 
 def sub(cid: str, source: str = "x") -> CandidateSubmission:

@@ -9,7 +9,7 @@ from typing import Any
 from specgen.errors import UsageError
 from specgen.messages import TriggerSettings
 from specgen.optimize.modes import MODES
-from specgen.simulate.engine import JobPlan, SimConfig, Simulation
+from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
 from specgen.simulate.model import (
     ServiceTimes, TurnBank, base_problem, bench_seed, bench_timing, load_bench, script_turn,
 )

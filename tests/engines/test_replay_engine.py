@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specgen.engines.base import EngineError, GenerationParams, TokenDelta
-from specgen.engines.replay import ReplayEngine
+from specgen.engines.replay_engine import ReplayEngine
 from specgen.engines.trace import Trace, TraceBuilder, TraceFormatError
 
 RATE = 400.0   # tokens/s: fast enough for tests, slow enough to measure

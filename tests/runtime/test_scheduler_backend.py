@@ -5,10 +5,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from specgen.messages import CandidateSubmission
 from specgen.backend import BackendLoad, EvaluationBackend
+from specgen.messages import CandidateSubmission
 from specgen.runtime.local import LocalCluster
-from specgen.runtime.replay import ReplaySample, directive
+from specgen.runtime.replay_evaluator import ReplaySample, directive
 from specgen.runtime.settings import RuntimeSettings
 
 PROBLEM = "class Model:\n    pass\n"

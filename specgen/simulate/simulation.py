@@ -87,7 +87,7 @@ class Stream:
     answered: bool = False
 
 
-class Engine:
+class SimEngine:
     """One reasoning engine: its running sequences set each one's decode rate."""
 
     def __init__(self, timing: TimingModel, speed: float) -> None:
@@ -323,7 +323,7 @@ class Simulation:
                     "peer_timeout_s": 1e12, **cfg.settings}
         self.core = SchedulerCore(RuntimeSettings(**settings), self.journal,  # type: ignore[arg-type]
                                   scheduler_id="sim", clock=self.clock)
-        self.engines = [Engine(cfg.timing, cfg.speed) for _ in range(max(1, cfg.reasoning_engines))]
+        self.engines = [SimEngine(cfg.timing, cfg.speed) for _ in range(max(1, cfg.reasoning_engines))]
         self.decision_s: list[float] = []
         self.calls = 0
         self.counts: dict[str, int] = {k: 0 for k in (

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specgen.messages import KvPoolStats, KvPoolView, PoolStat, SchedulerStats, WorkerStat
 from specgen.runtime.local import LocalCluster
-from specgen.runtime.metrics import SchedulerMetrics
+from specgen.runtime.scheduler_metrics import SchedulerMetrics
 
 from tests.runtime.conftest import quick_eval_settings
 
