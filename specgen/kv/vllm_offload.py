@@ -151,6 +151,7 @@ class SpecgenOffloadingManager(OffloadingManager):
         self._shrinks = 0
         self._control = None
         self._last_stats = 0.0
+        self._sent_stats: KvPoolStats | None = None
         if settings.control_endpoint:
             from specgen.kv.pool_control import PoolControlClient
 
@@ -257,9 +258,14 @@ class SpecgenOffloadingManager(OffloadingManager):
                 self._resize_to(request.target_bytes)
             resized = True
         now = time.monotonic()
-        if resized or now - self._last_stats >= self.settings.stats_interval_s:
+        stats = self.stats()
+        # Sent when anything changed, not only every stats_interval_s: the engine stops stepping
+        # once its requests end, so a change held back for the interval would never be reported
+        # (the job's final figures would miss its last stores). One small frame per changed step.
+        if resized or stats != self._sent_stats or now - self._last_stats >= self.settings.stats_interval_s:
             self._last_stats = now
-            self._control.send_stats(self.stats())
+            self._sent_stats = stats
+            self._control.send_stats(stats)
 
     def has_pending_work(self) -> bool:
         # Keep the engine stepping while segments wait to be given back.

@@ -506,7 +506,7 @@ def run_optimize(args: argparse.Namespace) -> int:
                 if pool_id:
                     from specgen.optimize.kv_pool import final_stats
 
-                    result.kv_pool = await asyncio.to_thread(final_stats, backend, pool_id)
+                    result.kv_pool = await asyncio.to_thread(final_stats, backend, pool_id, settle_s=0.3)
                 return result
             finally:
                 if live is not None:

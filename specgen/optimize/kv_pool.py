@@ -7,6 +7,8 @@ it, after checking that the installed vLLM is one the spec can drive.
 """
 from __future__ import annotations
 
+import time
+
 import uuid
 
 from specgen.kv.engine_config import KvPoolPlan
@@ -47,15 +49,31 @@ def attach(engine: object, plan: KvPoolPlan, control_endpoint: str | None) -> tu
             engine_id if control_endpoint else "")
 
 
-def final_stats(backend: object, pool_id: str):
-    """The pool's latest KvPoolStats as the scheduler holds them (None if it never reported)."""
+def final_stats(backend: object, pool_id: str, *, settle_s: float = 0.0, timeout_s: float = 3.0):
+    """The pool's latest KvPoolStats as the scheduler holds them (None if it never reported).
+
+    With `settle_s`, wait (at most `timeout_s`) until they have not changed for that long: at a
+    job's end the pool's last report may still be on its way to the scheduler."""
     client = getattr(backend, "client", None)
     if not pool_id or client is None:
         return None
-    for view in client.stats().kv_pools:
-        if view.pool == pool_id:
-            return view.stats
-    return None
+
+    def read():
+        for view in client.stats().kv_pools:
+            if view.pool == pool_id:
+                return view.stats
+        return None
+
+    latest = read()
+    if settle_s <= 0:
+        return latest
+    deadline, steady_since = time.monotonic() + timeout_s, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - steady_since < settle_s:
+        time.sleep(0.05)
+        now = read()
+        if now != latest:
+            latest, steady_since = now, time.monotonic()
+    return latest
 
 
 class LiveKvStats:
