@@ -403,6 +403,14 @@ def serve(args: argparse.Namespace) -> int:
     actor = SchedulerActor(args.bind, args.state_dir, settings, keys, join_secret)
     signal.signal(signal.SIGTERM, actor.request_stop)
     signal.signal(signal.SIGINT, actor.request_stop)
+    orphaned = False
+
+    def on_parent_death(signum: int, frame: object) -> None:
+        nonlocal orphaned
+        orphaned = True
+        actor.request_stop(signum, frame)
+
+    signal.signal(signal.SIGHUP, on_parent_death)
     print(f"specgen scheduler listening on {actor.address}", flush=True)
     if args.metrics_port is not None:
         try:
@@ -418,7 +426,9 @@ def serve(args: argparse.Namespace) -> int:
         actor.run()
     finally:
         actor.close()
-        if args.remove_if_orphaned is not None and not parent_alive():
+        # The parent-death signal comes when the thread that started us exits, which can be before
+        # its process is gone and we are reparented: the signal says so, getppid() may not yet.
+        if args.remove_if_orphaned is not None and (orphaned or not parent_alive()):
             from specgen.runtime.local import remove_orphaned_cluster_dir
 
             remove_orphaned_cluster_dir(args.remove_if_orphaned, settings)
@@ -426,7 +436,9 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    die_with_parent()   # a LocalCluster's scheduler ends with the process that started it
+    # A LocalCluster's scheduler ends with the process that started it; SIGHUP (not the SIGTERM of
+    # an orderly stop) tells it that its parent died, so it removes the cluster's directory.
+    die_with_parent(signal.SIGHUP)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     parser = argparse.ArgumentParser(prog="python -m specgen.runtime.scheduler")
     add_arguments(parser)
