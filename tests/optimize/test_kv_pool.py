@@ -32,7 +32,6 @@ def test_the_main_job_keeps_its_kv_blocks_in_the_pool(tmp_path: Path, tiny_model
     assert kv["capacity_bytes"] <= 1 << 28 and kv["devices"] == [-1]
     assert kv["stores"] >= 1          # the prompt's and the reasoning's full blocks
     assert "KV pool:" in said and "blocks stored" in said
-    assert "| KV pool hit " in said and "| lent " in said   # the progress display's pool figures
 
 
 def test_a_pool_needs_a_vllm_engine(capsys) -> None:
