@@ -171,9 +171,7 @@ class JobBook:
     def _complete(self, req: QueuedRequest, upd: CandidateUpdate, now: float) -> None:
         self.counters["requests_done"] += 1
         if req.direct:
-            self.direct.pop(req.key, None)
-            if req.reply_to is not None:
-                self.reply(req.reply_to, EvaluateReply(call_id=req.call_id, update=upd))
+            self._answer_direct(req, upd)
             return
         job = self.jobs.get(req.key[0])
         if job is None or job.state != "running":
@@ -192,6 +190,12 @@ class JobBook:
         if upd.stage == "validate" and not upd.cancelled:
             if self._next_stage(job, sub) == "profile":
                 self._enqueue_job_request(job, sub, "profile", now=now)
+
+    def _answer_direct(self, req: QueuedRequest, upd: CandidateUpdate) -> None:
+        """A one-off evaluation (no job) is answered to its caller, if it still waits."""
+        self.direct.pop(req.key, None)
+        if req.reply_to is not None:
+            self.reply(req.reply_to, EvaluateReply(call_id=req.call_id, update=upd))
 
     def _record_update(self, job: JobState, upd: CandidateUpdate) -> None:
         job.updates[(upd.candidate_id, upd.stage)] = upd
@@ -213,9 +217,7 @@ class JobBook:
             stage=req.stage, verdict=Verdict(stage=req.stage, error=f"cancelled: {reason}"),
             finished_at=self.wall(), cancelled=True)
         if req.direct:
-            self.direct.pop(req.key, None)
-            if req.reply_to is not None:
-                self.reply(req.reply_to, EvaluateReply(call_id=req.call_id, update=upd))
+            self._answer_direct(req, upd)
             return
         job = self.jobs.get(req.key[0])
         if job is None:
