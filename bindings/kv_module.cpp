@@ -57,7 +57,8 @@ PYBIND11_MODULE(_kv_transfer, m) {
   m.def("multiprocessor_count", &cuda_ops::multiprocessor_count);
   m.def("mem_get_info", &cuda_ops::mem_get_info);
   m.def("device_alloc", &cuda_ops::device_alloc);
-  m.def("device_free", &cuda_ops::device_free);
+  // cudaFree waits for the device's work in flight: let the process's other threads run meanwhile.
+  m.def("device_free", &cuda_ops::device_free, py::call_guard<py::gil_scoped_release>());
   m.def("device_memset", &cuda_ops::device_memset);
   m.def("enable_peer_access", &cuda_ops::enable_peer_access);
   m.def("can_access_peer", &cuda_ops::can_access_peer);
@@ -161,7 +162,10 @@ PYBIND11_MODULE(_kv_transfer, m) {
            },
            py::arg("lo"), py::arg("hi"), py::arg("relocate") = true)
       .def("used_in_range", &BlockTable::used_in_range)
-      .def("finish_move", &BlockTable::finish_move)
+      .def("disable_slots", &BlockTable::disable_slots)
+      .def("finish_moves",
+           [](BlockTable& t, const KeyArray& keys, bool ok) { t.finish_moves(keys.data(), keys.size(), ok); },
+           py::arg("keys"), py::arg("ok") = true)
       .def("allocate",
            [](BlockTable& t, const KeyArray& keys) {
              AllocateResult r = t.allocate(keys.data(), keys.size());

@@ -75,14 +75,19 @@ void BlockTable::touch_entry(Entry& e, uint64_t key) {
   (void)key;
 }
 
-std::unordered_map<uint64_t, BlockTable::Entry>::iterator BlockTable::evictable(uint64_t younger_than) {
-  for (uint64_t key : lru_) {
-    auto it = entries_.find(key);
+std::unordered_map<uint64_t, BlockTable::Entry>::iterator BlockTable::evictable(uint64_t younger_than,
+                                                                              std::list<uint64_t>::iterator* cursor) {
+  auto pos = cursor != nullptr ? *cursor : lru_.begin();
+  for (; pos != lru_.end(); ++pos) {
+    auto it = entries_.find(*pos);
     const Entry& e = it->second;
     if (e.tick >= younger_than) break;  // the list is ordered by recency: nothing older follows
-    if (e.refs == 0 && e.ready && enabled_[e.slot]) return it;
+    if (e.refs == 0 && readable(e)) break;
   }
-  return entries_.end();
+  if (cursor != nullptr) *cursor = pos;
+  if (pos == lru_.end()) return entries_.end();
+  auto it = entries_.find(*pos);
+  return it->second.tick < younger_than ? it : entries_.end();
 }
 
 AllocateResult BlockTable::allocate(const uint64_t* keys, int64_t n) {
@@ -146,7 +151,12 @@ int BlockTable::lookup(uint64_t key) {
     ++counters_.misses;
     return kMiss;
   }
-  if (!it->second.ready) return kPending;
+  if (!readable(it->second)) {
+    // Being stored, or moved out of a retiring range: held, but not readable yet.
+    if (!it->second.ready) return kPending;
+    ++counters_.misses;
+    return kMiss;
+  }
   ++counters_.hits;
   return kHit;
 }
@@ -154,14 +164,15 @@ int BlockTable::lookup(uint64_t key) {
 int BlockTable::peek(uint64_t key) const {
   auto it = entries_.find(key);
   if (it == entries_.end()) return kMiss;
-  return it->second.ready ? kHit : kPending;
+  if (readable(it->second)) return kHit;
+  return it->second.ready ? kMiss : kPending;
 }
 
 int64_t BlockTable::lookup_prefix(const uint64_t* keys, int64_t n) {
   int64_t hits = 0;
   for (; hits < n; ++hits) {
     auto it = entries_.find(keys[hits]);
-    if (it == entries_.end() || !it->second.ready) break;
+    if (it == entries_.end() || !readable(it->second)) break;
   }
   counters_.hits += hits;
   counters_.misses += n - hits;
@@ -172,9 +183,11 @@ void BlockTable::acquire(const uint64_t* keys, int64_t n, int64_t* slots_out) {
   // Check everything first so a failure pins nothing.
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
-    KV_CHECK(it != entries_.end() && it->second.ready,
+    KV_CHECK(it != entries_.end() && readable(it->second),
              "acquire: block " + std::to_string(keys[i]) +
-                 (it == entries_.end() ? " is not in the pool" : " is still being stored"));
+                 (it == entries_.end()      ? " is not in the pool"
+                  : !it->second.ready       ? " is still being stored"
+                                            : " is in slots the pool is giving back"));
   }
   for (int64_t i = 0; i < n; ++i) {
     Entry& e = entries_.find(keys[i])->second;
@@ -237,17 +250,21 @@ int64_t BlockTable::used_in_range(int64_t lo, int64_t hi) const {
   return count;
 }
 
-RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
+void BlockTable::disable_slots(int64_t lo, int64_t hi) {
   KV_CHECK(0 <= lo && lo <= hi && hi <= max_slots(),
-           "retire_slots: range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+           "disable_slots: range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                ") is outside [0, " + std::to_string(max_slots()) + ")");
-  RetirePlan plan;
   for (int64_t slot = lo; slot < hi; ++slot) {
     if (enabled_[slot]) {
       enabled_[slot] = 0;
       --capacity_;
     }
   }
+}
+
+RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
+  disable_slots(lo, hi);
+  RetirePlan plan;
   // Candidates: unpinned complete blocks in the range, most recently used first, so the hottest
   // blocks get the free slots elsewhere.
   std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (tick, key)
@@ -261,12 +278,17 @@ RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
     }
   }
   std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Candidates come hottest first and victims coldest first, so one walk of the LRU list serves the
+  // whole range: restarting it per candidate re-skipped the range's own (disabled) blocks each time,
+  // quadratic in the range's size.
+  auto cursor = lru_.begin();
   for (const auto& [tick, key] : candidates) {
     auto it = entries_.find(key);
     int64_t dst = relocate ? pop_free_slot() : -1;
     if (relocate && dst < 0) {
-      auto victim = evictable(tick);
+      auto victim = evictable(tick, &cursor);
       if (victim != entries_.end()) {
+        ++cursor;  // the victim's list node goes away with it
         plan.evicted.push_back(victim->first);
         ++counters_.evictions;
         drop(victim);
@@ -275,6 +297,7 @@ RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
     }
     if (dst < 0) {
       // Everything elsewhere is hotter (or pinned): this block is the one to lose.
+      if (cursor != lru_.end() && *cursor == key) ++cursor;
       plan.evicted.push_back(key);
       ++counters_.evictions;
       drop(it);
@@ -295,17 +318,23 @@ RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
   return plan;
 }
 
-void BlockTable::finish_move(uint64_t key, bool ok) {
-  auto it = entries_.find(key);
-  KV_CHECK(it != entries_.end() && !it->second.ready && it->second.refs == 1,
-           "finish_move: block " + std::to_string(key) + " has no move in flight");
-  if (!ok) {
-    drop(it);
-    return;
+void BlockTable::finish_moves(const uint64_t* keys, int64_t n, bool ok) {
+  // Check everything first so a bad key changes nothing.
+  for (int64_t i = 0; i < n; ++i) {
+    auto it = entries_.find(keys[i]);
+    KV_CHECK(it != entries_.end() && !it->second.ready && it->second.refs == 1,
+             "finish_moves: block " + std::to_string(keys[i]) + " has no move in flight");
   }
-  it->second.ready = true;
-  it->second.refs = 0;
-  --pinned_;
+  for (int64_t i = 0; i < n; ++i) {
+    auto it = entries_.find(keys[i]);
+    if (!ok) {
+      drop(it);
+      continue;
+    }
+    it->second.ready = true;
+    it->second.refs = 0;
+    --pinned_;
+  }
 }
 
 }  // namespace specgen_kv

@@ -35,7 +35,7 @@ struct SlotMove {
 };
 
 struct RetirePlan {
-  std::vector<SlotMove> moves;      // copy these, then call finish_move for each
+  std::vector<SlotMove> moves;      // copy these, then call finish_moves
   std::vector<uint64_t> evicted;    // dropped from the table
   int64_t busy = 0;                 // blocks in the range still pinned: retire again once they are released
 };
@@ -63,14 +63,18 @@ class BlockTable {
 
   // Slots [lo, hi) become usable (a segment was added).
   void enable_slots(int64_t lo, int64_t hi);
-  // Slots [lo, hi) stop taking new blocks. With relocate, their unpinned blocks move to free slots
+  // Slots [lo, hi) stop taking new blocks, and their blocks stop being found (lookups miss them), so
+  // no new load pins them. Disable every range of a shrink before retiring any, so that blocks moved
+  // out of one range never land in another that is going away.
+  void disable_slots(int64_t lo, int64_t hi);
+  // Disables [lo, hi) (disable_slots), then: with relocate, their unpinned blocks move to free slots
   // elsewhere (or to the slots of older blocks, which are evicted) when they are more recently used than
   // what would be evicted to make room; every other unpinned block in the range is evicted.
   RetirePlan retire_slots(int64_t lo, int64_t hi, bool relocate);
   // Blocks (complete or in flight) whose slot is in [lo, hi).
   int64_t used_in_range(int64_t lo, int64_t hi) const;
-  // The copy of a moved block finished (ok) or failed (the block is dropped).
-  void finish_move(uint64_t key, bool ok);
+  // The copies of moved blocks finished (ok) or failed (the blocks are dropped).
+  void finish_moves(const uint64_t* keys, int64_t n, bool ok);
 
   // Reserve a slot for each key not yet held, evicting LRU blocks if needed. New blocks are pinned and
   // not readable until complete_store.
@@ -110,8 +114,12 @@ class BlockTable {
   void free_slot(int64_t slot);
   void drop(std::unordered_map<uint64_t, Entry>::iterator it);
   void touch_entry(Entry& e, uint64_t key);
-  // Least recently used block that can be evicted, outside retiring slots; entries_.end() if none.
-  std::unordered_map<uint64_t, Entry>::iterator evictable(uint64_t younger_than);
+  // A complete block in a slot that is in use (not being retired): lookups find it, loads may pin it.
+  bool readable(const Entry& e) const { return e.ready && enabled_[e.slot]; }
+  // Least recently used block that can be evicted, outside retiring slots, starting the walk at
+  // `*cursor` (front of the LRU list when null) and leaving it there; entries_.end() if none.
+  std::unordered_map<uint64_t, Entry>::iterator evictable(uint64_t younger_than,
+                                                          std::list<uint64_t>::iterator* cursor = nullptr);
 
   std::unordered_map<uint64_t, Entry> entries_;
   std::list<uint64_t> lru_;

@@ -250,6 +250,19 @@ void stream_synchronize(int device, uint64_t stream) {
   CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
 }
 
+uint64_t stream_create(int device) {
+  check_device(device);
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return reinterpret_cast<uint64_t>(stream);
+}
+
+void stream_destroy(int device, uint64_t stream) {
+  DeviceGuard guard(device);
+  CUDA_CHECK(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream)));
+}
+
 int clock_rate_khz(int device) {
   check_device(device);
   int khz = 0;

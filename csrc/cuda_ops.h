@@ -50,6 +50,9 @@ bool event_wait(uint64_t event, double timeout_s);
 // `stream` waits for the work queued so far on `after` (both on `device`).
 void stream_wait_stream(int device, uint64_t stream, uint64_t after);
 void stream_synchronize(int device, uint64_t stream);
+// A stream of this process's own on `device` that does not synchronize with the legacy default stream.
+uint64_t stream_create(int device);
+void stream_destroy(int device, uint64_t stream);
 
 // Knobs of the SM copy kernel (defaults are tuned on H200; the benchmark sweeps them).
 struct KernelConfig {

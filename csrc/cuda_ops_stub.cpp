@@ -40,6 +40,8 @@ void event_synchronize(uint64_t) {}
 bool event_wait(uint64_t, double) { return true; }
 void stream_wait_stream(int, uint64_t, uint64_t) { NO_CUDA("stream_wait_stream"); }
 void stream_synchronize(int, uint64_t) { NO_CUDA("stream_synchronize"); }
+uint64_t stream_create(int) { NO_CUDA("stream_create"); }
+void stream_destroy(int, uint64_t) { NO_CUDA("stream_destroy"); }
 DeviceLayout make_device_layout(int, const std::vector<Region>&) { NO_CUDA("make_device_layout"); }
 void free_device_layout(DeviceLayout&) {}
 void launch_kernel_copy(const DeviceLayout&, const std::vector<uint64_t>&, int64_t, int64_t, bool, const int32_t*,

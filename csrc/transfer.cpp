@@ -1,6 +1,8 @@
 #include "transfer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 namespace specgen_kv {
@@ -64,6 +66,12 @@ Transfer::~Transfer() {
     // Destructors must not throw; a failed stop leaves the kernel to end with the process.
   }
   cuda_ops::free_device_layout(device_layout_);
+  if (move_stream_ != 0) {
+    try {
+      cuda_ops::stream_destroy(device_, move_stream_);
+    } catch (...) {
+    }
+  }
 }
 
 void Transfer::start_persistent(int64_t idle_us) {
@@ -230,18 +238,34 @@ std::shared_ptr<CopyEvent> Transfer::move_slots(const int64_t* from, const int64
     }
     return std::make_shared<CopyEvent>();
   }
-  std::vector<uint64_t> dsts, srcs, sizes;
-  std::vector<int> dst_devices, src_devices;
-  for (int64_t i = 0; i < n; ++i) {
-    dsts.push_back(slot_address(to[i]));
-    srcs.push_back(slot_address(from[i]));
-    dst_devices.push_back(segment_devices_[to[i] / slots_per_segment_]);
-    src_devices.push_back(segment_devices_[from[i] / slots_per_segment_]);
-    sizes.push_back(static_cast<uint64_t>(slot_bytes_));
+  // A shrink moves up to a whole segment's blocks (thousands) while a profiler waits for the memory:
+  // one cudaMemcpyAsync per slot put thousands of calls on the host, so they go to the copy engines in
+  // a few batched calls. The batched call refuses the legacy default stream, hence a stream of our own
+  // (the moved blocks are complete and unpinned, and their new slots free: nothing to order after).
+  if (stream == 0) {
+    std::call_once(move_stream_once_, [this] { move_stream_ = cuda_ops::stream_create(device_); });
+    stream = move_stream_;
   }
-  cuda_ops::memcpy_each(device_, dsts, dst_devices, srcs, src_devices, sizes, stream);
+  constexpr int64_t kBatch = 4096;
+  std::vector<uint64_t> dsts, srcs, sizes;
+  for (int64_t start = 0; start < n; start += kBatch) {
+    const int64_t end = std::min(n, start + kBatch);
+    dsts.clear();
+    srcs.clear();
+    sizes.assign(static_cast<size_t>(end - start), static_cast<uint64_t>(slot_bytes_));
+    for (int64_t i = start; i < end; ++i) {
+      dsts.push_back(slot_address(to[i]));
+      srcs.push_back(slot_address(from[i]));
+    }
+    cuda_ops::batch_copy(device_, dsts, srcs, sizes, stream);
+  }
   const uint64_t event = cuda_ops::event_acquire(device_);
-  cuda_ops::event_record(event, stream);
+  try {
+    cuda_ops::event_record(event, stream);
+  } catch (...) {
+    cuda_ops::event_release(event);
+    throw;
+  }
   return std::make_shared<CopyEvent>(event);
 }
 

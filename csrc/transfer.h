@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -52,7 +53,8 @@ class Transfer {
   // Copy n blocks: engine block blocks[i] <-> pool slot slots[i] (to_pool: engine -> pool).
   std::shared_ptr<CopyEvent> copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
                                   uint64_t stream, std::optional<uint64_t> after, Method method);
-  // Copy whole pool slots from[i] -> to[i] (used to move blocks out of a shrinking segment).
+  // Copy whole pool slots from[i] -> to[i] (used to move blocks out of a shrinking segment). On a GPU,
+  // through the copy engines in batched calls, on `stream` or (0) on a stream of the transfer's own.
   std::shared_ptr<CopyEvent> move_slots(const int64_t* from, const int64_t* to, int64_t n, uint64_t stream);
 
   // The method Auto resolves to for this layout.
@@ -100,6 +102,8 @@ class Transfer {
   std::vector<int> segment_devices_;
   cuda_ops::DeviceLayout device_layout_;
   std::shared_ptr<cuda_ops::PersistentCopier> persistent_;
+  std::once_flag move_stream_once_;
+  uint64_t move_stream_ = 0;   // created on the first move
 };
 
 }  // namespace specgen_kv

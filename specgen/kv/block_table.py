@@ -49,7 +49,7 @@ class StoreReservation:
 class RetireStep:
     """One pass of retiring a slot range (shrinking)."""
 
-    moved_keys: np.ndarray     # blocks to copy from src_slots to dst_slots, then finish_move
+    moved_keys: np.ndarray     # blocks to copy from src_slots to dst_slots, then finish_moves
     src_slots: np.ndarray
     dst_slots: np.ndarray
     evicted: np.ndarray        # blocks dropped
@@ -79,6 +79,10 @@ class BlockTable:
         """Slots [lo, hi) can hold blocks from now on."""
         self._table.enable_slots(int(lo), int(hi))
 
+    def disable_slots(self, lo: int, hi: int) -> None:
+        """Slots [lo, hi) take no new blocks and their blocks read as missing (a shrink is coming)."""
+        self._table.disable_slots(int(lo), int(hi))
+
     def retire_slots(self, lo: int, hi: int, *, relocate: bool = True) -> RetireStep:
         """Stop using slots [lo, hi): hot blocks move elsewhere (relocate), the rest are evicted."""
         keys, src, dst, evicted, busy = self._table.retire_slots(int(lo), int(hi), relocate)
@@ -87,8 +91,9 @@ class BlockTable:
     def used_in_range(self, lo: int, hi: int) -> int:
         return int(self._table.used_in_range(int(lo), int(hi)))
 
-    def finish_move(self, key: int, ok: bool = True) -> None:
-        self._table.finish_move(int(key), ok)
+    def finish_moves(self, keys: np.ndarray | Sequence[int], ok: bool = True) -> None:
+        """The copies of moved blocks finished (ok) or failed (the blocks are dropped)."""
+        self._table.finish_moves(np.asarray(keys, dtype=np.uint64), ok)
 
     def reserve(self, keys: np.ndarray | Sequence[int]) -> StoreReservation:
         """Reserve slots to store blocks not held yet (pinned until complete_store)."""

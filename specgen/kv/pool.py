@@ -7,10 +7,11 @@
 
 Size is elastic. `grow` takes spare memory on the pool devices in whole segments while the device
 keeps `headroom_bytes` free (and the pool stays under `max_bytes`). `shrink` gives segments back when a
-profiler needs memory for a candidate: the segments holding the fewest blocks go first; their blocks
-that are more recently used than the pool's least recently used ones move into free or evicted slots
-elsewhere, the rest are evicted, blocks with a copy in flight are waited for, and only then is the
-memory freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
+profiler needs memory for a candidate: the segments holding the fewest blocks go first. They all stop
+taking blocks at once, and their blocks stop being found (no new load pins them); blocks more recently
+used than the pool's least recently used ones move into free or evicted slots elsewhere (one batched
+copy), the rest are evicted, blocks with a copy in flight are waited for, and only then is the memory
+freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
 
 Threads: one thread may load while another stores, shrinks or grows (a profiler's give-back runs
 beside the engine's fetches). A lock guards the table, the segment list and the copies in flight;
@@ -203,17 +204,26 @@ class RemoteKvPool:
                relocate: bool = True) -> int:
         """Give back at least `nbytes` (whole segments, on `device` if given); bytes freed.
 
-        Waits for copies in flight on the chosen segments, at most `timeout_s` seconds per segment.
+        Waits for copies in flight on the chosen segments, at most `timeout_s` seconds.
         """
         freed = 0
         while freed < nbytes:
             with self._lock:
                 candidates = [s for s in self._segments.values() if device is None or s.memory.device == device]
-                if not candidates:
-                    break
                 # Fewest blocks first: least data to move or lose.
-                victim = min(candidates, key=lambda s: self.table.used_in_range(*self._slot_range(s.index)))
-            freed += self.release_segment(victim.index, timeout_s=timeout_s, relocate=relocate)
+                candidates.sort(key=lambda s: self.table.used_in_range(*self._slot_range(s.index)))
+                victims, chosen = [], 0
+                for segment in candidates:
+                    if freed + chosen >= nbytes:
+                        break
+                    victims.append(segment)
+                    chosen += segment.memory.nbytes
+            if not victims:
+                break
+            released = self._release(victims, timeout_s=timeout_s, relocate=relocate)
+            if released == 0 and not any(self._segments.get(s.index) is s for s in victims):
+                continue    # another thread gave them back meanwhile: choose again
+            freed += released
         return freed
 
     def release_segment(self, index: int, *, timeout_s: float = 30.0, relocate: bool = True) -> int:
@@ -221,40 +231,61 @@ class RemoteKvPool:
         segment = self._segments.get(index)
         if segment is None:
             raise KvPoolError(f"the pool has no segment {index}")
-        lo, hi = self._slot_range(index)
+        return self._release([segment], timeout_s=timeout_s, relocate=relocate)
+
+    def _release(self, segments: list[_Segment], *, timeout_s: float, relocate: bool) -> int:
+        """Retire `segments` together and free their memory; bytes freed.
+
+        All of them stop taking blocks before any is retired, so no block moves into a segment that is
+        going too, and the blocks that move go in one batched copy: the profiler waiting for this
+        memory pays for one copy and one wait, not one per segment."""
+        with self._lock:
+            pending = [s for s in segments if self._segments.get(s.index) is s]
+            for segment in pending:
+                self.table.disable_slots(*self._slot_range(segment.index))
         deadline = time.monotonic() + timeout_s
-        while True:
+        freed = 0
+        while pending:
             with self._lock:
-                if self._segments.get(index) is not segment:
-                    return 0    # another thread gave it back meanwhile
-                step = self.table.retire_slots(lo, hi, relocate=relocate)
-            if len(step.moved_keys):
-                # Moved blocks read as pending (pinned) until finish_move: the copy needs no lock.
-                event = self.transfer.move_slots(step.src_slots, step.dst_slots, stream=self.copy_stream)
+                pending = [s for s in pending if self._segments.get(s.index) is s]  # others may have freed some
+                steps = [(s, self.table.retire_slots(*self._slot_range(s.index), relocate=relocate)) for s in pending]
+            moved = [step for _, step in steps if len(step.moved_keys)]
+            if moved:
+                keys = np.concatenate([step.moved_keys for step in moved])
+                # Moved blocks read as pending (pinned) until finish_moves: the copy needs no lock.
                 try:
-                    event.wait()
+                    self.transfer.move_slots(np.concatenate([step.src_slots for step in moved]),
+                                             np.concatenate([step.dst_slots for step in moved]),
+                                             stream=self.copy_stream).wait()
                 except Exception:
-                    for key in step.moved_keys:
-                        self.table.finish_move(int(key), ok=False)
+                    with self._lock:
+                        self.table.finish_moves(keys, ok=False)
                     raise
                 with self._lock:
-                    for key in step.moved_keys:
-                        self.table.finish_move(int(key), ok=True)
+                    self.table.finish_moves(keys, ok=True)
+            done: list[_Segment] = []
             with self._lock:
-                if step.busy == 0 and self.table.used_in_range(lo, hi) == 0:
-                    # Empty and taking no blocks: nothing can copy into or out of it from here on.
-                    self.transfer.set_segment(index, 0)
-                    del self._segments[index]
-                    self._shrinks += 1
-                    break
-            # Blocks in the segment are pinned by copies in flight: let them finish.
+                for segment, step in steps:
+                    if step.busy == 0 and self.table.used_in_range(*self._slot_range(segment.index)) == 0:
+                        # Empty and taking no blocks: nothing can copy into or out of it from here on.
+                        self.transfer.set_segment(segment.index, 0)
+                        del self._segments[segment.index]
+                        self._shrinks += 1
+                        done.append(segment)
+            for segment in done:
+                segment.memory.release()
+                freed += segment.memory.nbytes
+            pending = [s for s in pending if s not in done]
+            if not pending:
+                break
+            # Blocks in these segments are pinned by copies in flight: let them finish.
             if time.monotonic() > deadline:
-                raise KvPoolTimeout(f"segment {index} still has {step.busy} blocks with copies in flight after "
-                                    f"{timeout_s} s (shrink/release_segment timeout_s)")
+                busy = sum(step.busy for segment, step in steps if segment in pending)
+                raise KvPoolTimeout(f"segments {sorted(s.index for s in pending)} still have {busy} blocks with "
+                                    f"copies in flight after {timeout_s} s (shrink/release_segment timeout_s)")
             self.poll()
             time.sleep(0.0005)
-        segment.memory.release()
-        return segment.memory.nbytes
+        return freed
 
     def segment_ids(self) -> dict[int, str]:
         """Segment index -> segment id, for the segments held now."""

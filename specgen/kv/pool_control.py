@@ -82,7 +82,7 @@ class PoolControlAgent:
 
     `step()` must run in the thread that uses the pool (a RemoteKvPool is not thread-safe): it
     applies the resize requests that arrived (a shrink waits for copies in flight on the segments it
-    gives back, at most `shrink_timeout_s` per segment) and sends stats after a resize or every
+    gives back, at most `shrink_timeout_s`) and sends stats after a resize or every
     `stats_interval_s`.
     """
 
