@@ -52,6 +52,7 @@ class AssignmentPolicy:
         self.kv = KvPoolSteward(s.kv_reserve_bytes, s.kv_regrow_idle_s, s.kv_pool_timeout_s)
         self.kv_outbox: list[tuple[bytes, KvPoolResize]] = []   # (pool identity, request)
         self.kv_endpoint = ""                                    # set by the actor once bound
+        self._placements: tuple[int, list[WorkerPlacement]] = (-1, [])   # (workers_version, list)
 
     # -- requests ---------------------------------------------------------------------------
     def _queued(self) -> dict[str, int]:
@@ -132,29 +133,27 @@ class AssignmentPolicy:
 
         A worker takes the best head (by the priority rule) of its own pool's queue and, when
         lending, of the other pool's queue, but only while no worker of that other pool is idle
-        to take it itself.
+        to take it itself. Only idle workers with something to take are visited, so a call costs
+        nothing per worker when nothing is queued.
         """
         assigned = 0
-        idle = [w for w in self.workers.values() if w.busy is None]
-        if idle and self._total_queued():
+        if self._total_queued():
             wall = self.wall()
-            idle_in = dict.fromkeys(POOLS, 0)
-            for w in idle:
-                idle_in[w.pool] += 1
             progress = True
             while progress and self._total_queued():
                 progress = False
-                for w in idle:
-                    if w.busy is not None:
-                        continue
-                    other = "profile" if w.pool == "validate" else "validate"
-                    req = self._pick(w, wall, lend=self.lending and idle_in[other] == 0)
-                    if req is None:
-                        continue
-                    self._assign(w, req, now, wall)
-                    idle_in[w.pool] -= 1
-                    assigned += 1
-                    progress = True
+                for pool in POOLS:
+                    other = "profile" if pool == "validate" else "validate"
+                    for w in list(self.idle[pool].values()):
+                        lend = self.lending and not self.idle[other]
+                        if not self.queues[pool].live and not (lend and self.queues[other].live):
+                            break     # nothing left that a worker of this pool may take
+                        req = self._pick(w, wall, lend=lend)
+                        if req is None:
+                            continue
+                        self._assign(w, req, now, wall)
+                        assigned += 1
+                        progress = True
         if self.progress_due and self.progress_due[0][0] <= now:
             self._report_progress(now)
         self._refresh_usage()
@@ -188,7 +187,7 @@ class AssignmentPolicy:
     def _assign(self, w: WorkerState, req: QueuedRequest, now: float, wall: float) -> None:
         req.request_id = f"{self.scheduler_id}-{next(self.request_ids)}"
         req.started_at = wall
-        w.busy, w.busy_since = req, now
+        self._set_busy(w, req, now)
         self.running[req.request_id] = req
         self.reply(w.peer, AssignWork(request_id=req.request_id, stage=req.stage, submission=req.submission,
                                       acked=self.work_acks.pop(w.peer, [])))
@@ -217,7 +216,7 @@ class AssignmentPolicy:
             idle = [w for w in candidates if w.busy is None]
             w = idle[0] if idle else min(candidates, key=lambda w: w.busy_since)
             if w.busy is None:
-                w.pool, w.pending_pool = dst, None
+                self._set_pool(w, dst)
                 self.counters["reassignments"] += 1
             else:
                 w.pending_pool = dst if dst != w.pool else None
@@ -227,12 +226,8 @@ class AssignmentPolicy:
     def _refresh_usage(self) -> None:
         u = self.usage
         for p in POOLS:
-            u.workers[p] = 0
-            u.busy_now[p] = 0
-        for w in self.workers.values():
-            u.workers[w.pool] += 1
-            if w.busy is not None:
-                u.busy_now[w.pool] += 1
+            u.workers[p] = self.pool_size[p]
+            u.busy_now[p] = self.pool_size[p] - len(self.idle[p])
         u.queued_now = self._total_queued()
 
     # -- remote KV pools ----------------------------------------------------------------------
@@ -247,6 +242,8 @@ class AssignmentPolicy:
         back once they are idle (in the same pass that assigned the work, so both go out together)."""
         if not self.kv.pools:
             return
-        placements = [WorkerPlacement(name=w.name, host=w.host, device=device_index(w.device),
-                                      busy=w.busy is not None) for w in self.workers.values()]
-        self.kv_outbox.extend(self.kv.steer(placements, now))
+        if self._placements[0] != self.workers_version:
+            self._placements = (self.workers_version, [
+                WorkerPlacement(name=w.name, host=w.host, device=device_index(w.device), busy=w.busy is not None)
+                for w in self.workers.values()])
+        self.kv_outbox.extend(self.kv.steer(self._placements[1], now))

@@ -317,11 +317,14 @@ class JobBook:
         """Drop the job's queued requests and stop its running ones (each gets a cancelled update
         now; a stopped request's own late answer is then ignored). Returns how many."""
         dropped = 0
+        holders = None
         for req in list(job.live.values()):
             if req.request_id and req.request_id in self.running:
-                for w in self.workers.values():
-                    if w.busy is req:
-                        self.reply(w.peer, CancelWork(request_id=req.request_id))
+                if holders is None:   # one walk over the workers per job, not one per request
+                    holders = {id(w.busy): w for w in self.workers.values() if w.busy is not None}
+                w = holders.get(id(req))
+                if w is not None:
+                    self.reply(w.peer, CancelWork(request_id=req.request_id))
             else:
                 self._unqueue(req)
             self._drop(req, reason)

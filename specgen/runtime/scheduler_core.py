@@ -168,7 +168,7 @@ class SchedulerCore(WorkerRegistry, JobBook, AssignmentPolicy):
         for p in POOLS:
             est = self.pools.estimate(p, now, queued[p])
             pool_stats[p] = PoolStat(
-                workers=sum(1 for w in self.workers.values() if w.pool == p), queued=queued[p],
+                workers=self.pool_size[p], queued=queued[p],
                 running=running[p], arrival_rate=est.rate, service_s=est.service_s,
                 offered_load=est.offered, utilization=self.usage.utilization(p))
         lat = sorted(self.feedback_latencies)

@@ -3,7 +3,10 @@ worker holds, and whose results are taken.
 
 Part of `SchedulerCore` (scheduler_core.py), which composes it with the job book (job_book.py)
 and the assignment policy (assignment.py); all three share one state on the core. This part owns
-`peers`, `workers`, `work_acks`, `released`. A lost worker's request goes back to its queue here
+`peers`, `workers`, `work_acks`, `released`, and an index of the workers kept up to date as they
+change (`idle` per pool, `pool_size`, `workers_version`), so that a scheduling decision costs the
+same with 8 workers or 500: a worker's `busy` and `pool` change only through `_set_busy`,
+`_set_idle` and `_set_pool`. A lost worker's request goes back to its queue here
 (`_requeue_lost`), and a result is accepted only from the worker that holds the request (the
 invariants in scheduler_core.py).
 """
@@ -18,7 +21,7 @@ from specgen.messages import (
     Heartbeat, HeartbeatAck, Hello, Verdict, Welcome, WorkDone, WorkerExited,
 )
 from specgen.runtime.auth import AUTHENTICATED_ROLES, check_credential
-from specgen.runtime.priority import QueuedRequest
+from specgen.runtime.priority import POOLS, QueuedRequest
 
 log = logging.getLogger("specgen.runtime.scheduler_core")   # one logger for the whole core
 
@@ -75,6 +78,47 @@ class WorkerRegistry:
         # worker's kept result is still accepted while the request waits in its queue.
         self.released: collections.OrderedDict[str, tuple[str, QueuedRequest]] = collections.OrderedDict()
         self._refusals_logged: dict[str, float] = {}     # peer name -> last refused-Hello warning
+        self.idle: dict[str, dict[bytes, WorkerState]] = {p: {} for p in POOLS}   # in registration order
+        self.pool_size = dict.fromkeys(POOLS, 0)
+        self.workers_version = 0     # changes whenever a worker comes, goes, takes or ends work, moves
+
+    # -- the workers' index -----------------------------------------------------------------
+    def _enlist(self, w: WorkerState) -> None:
+        self.workers[w.peer] = w
+        self.pool_size[w.pool] += 1
+        if w.busy is None:
+            self.idle[w.pool][w.peer] = w
+        self.workers_version += 1
+
+    def _delist(self, peer: bytes) -> WorkerState | None:
+        w = self.workers.pop(peer, None)
+        if w is not None:
+            self.pool_size[w.pool] -= 1
+            self.idle[w.pool].pop(peer, None)
+            self.workers_version += 1
+        return w
+
+    def _set_busy(self, w: WorkerState, req: QueuedRequest, now: float) -> None:
+        w.busy, w.busy_since = req, now
+        self.idle[w.pool].pop(w.peer, None)
+        self.workers_version += 1
+
+    def _set_idle(self, w: WorkerState) -> None:
+        w.busy = None
+        self.idle[w.pool][w.peer] = w
+        self.workers_version += 1
+
+    def _set_pool(self, w: WorkerState, pool: str) -> None:
+        w.pending_pool = None
+        if pool == w.pool:
+            return
+        self.pool_size[w.pool] -= 1
+        idle = self.idle[w.pool].pop(w.peer, None)
+        w.pool = pool
+        self.pool_size[pool] += 1
+        if idle is not None:
+            self.idle[pool][w.peer] = w
+        self.workers_version += 1
 
     def _expire_peers(self, now: float) -> None:
         timeout = self.settings.peer_timeout_s
@@ -167,7 +211,7 @@ class WorkerRegistry:
         self.work_acks.pop(peer, None)
         if known is not None:
             log.info("%s %s lost: %s", known.role, known.name, reason)
-        w = self.workers.pop(peer, None)
+        w = self._delist(peer)
         if w is not None and w.busy is not None:
             if w.busy.request_id and not w.busy.orphan:
                 # If the worker comes back with this result (it was only cut off), the result
@@ -201,7 +245,7 @@ class WorkerRegistry:
         w = WorkerState(peer=peer, name=msg.name, node=msg.node, device=msg.device or "cpu", pool=pool,
                         pid=msg.pid, host=msg.host, sandbox=msg.sandbox)
         w.held.update(msg.held_results[:_MAX_HELD_RESULTS])
-        self.workers[peer] = w
+        self._enlist(w)
         if msg.busy_request_id:
             # The worker was running a request when this scheduler (re)started, or when it was
             # taken for lost: adopt it.
@@ -228,7 +272,7 @@ class WorkerRegistry:
             req.request_id = msg.busy_request_id
             req.started_at = self.wall()
             self.running[req.request_id] = req
-            w.busy, w.busy_since = req, now
+            self._set_busy(w, req, now)
 
     def _issued_here(self, request_id: str) -> bool:
         return request_id.startswith(self.scheduler_id + "-")
@@ -248,7 +292,7 @@ class WorkerRegistry:
         served = w.busy
         if served is not None and served.request_id == rid:
             sub = served.submission
-            w.busy = None
+            self._set_idle(w)
             self.running.pop(rid, None)
             if (upd.job_id, upd.candidate_id, upd.stage) != (sub.job_id, sub.candidate_id, served.stage):
                 self._refuse_result(peer, msg, f"its update is for {upd.job_id}/{upd.candidate_id} "
@@ -261,7 +305,7 @@ class WorkerRegistry:
             if not served.orphan:
                 self.pools.record_service(served.pool, max(0.0, upd.finished_at - upd.started_at))
             if w.pending_pool:
-                w.pool, w.pending_pool = w.pending_pool, None
+                self._set_pool(w, w.pending_pool)
                 self.counters["reassignments"] += 1
             if served.orphan:
                 self._kept_result(w, msg, now)
