@@ -119,4 +119,35 @@ __global__ void __launch_bounds__(kMaxThreadsPerCta)
   }
 }
 
+// Pool slot -> pool slot, for the blocks a shrink moves out of the segments it gives back: whole
+// slots (contiguous in their segment), pairs.block[i] = source slot, pairs.slot[i] = destination slot.
+struct MoveArgs {
+  unsigned long long segments[kMaxSegments];
+  long long slots_per_segment;
+  long long slot_bytes;
+  int tiles_per_slot;
+  int count;
+};
+
+template <int CAP, int ALIGN>
+__global__ void __launch_bounds__(kMaxThreadsPerCta)
+    kv_move_kernel(const __grid_constant__ MoveArgs args, const __grid_constant__ InlinePairs<CAP> pairs) {
+  const int lane = threadIdx.x & 31;
+  const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const long long num_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+  const long long total = static_cast<long long>(args.count) * args.tiles_per_slot;
+  for (long long t = warp; t < total; t += num_warps) {
+    const int pair = static_cast<int>(t / args.tiles_per_slot);
+    const long long offset = (t - static_cast<long long>(pair) * args.tiles_per_slot) * kTileBytes;
+    const int n = static_cast<int>(min(static_cast<long long>(kTileBytes), args.slot_bytes - offset));
+    const long long from = pairs.block[pair], to = pairs.slot[pair];
+    const long long from_segment = from / args.slots_per_segment, to_segment = to / args.slots_per_segment;
+    const char* src = reinterpret_cast<const char*>(args.segments[from_segment]) +
+                      (from - from_segment * args.slots_per_segment) * args.slot_bytes + offset;
+    char* dst = reinterpret_cast<char*>(args.segments[to_segment]) +
+                (to - to_segment * args.slots_per_segment) * args.slot_bytes + offset;
+    copy_tile<ALIGN>(dst, src, n, lane);
+  }
+}
+
 }  // namespace specgen_kv::cuda_ops

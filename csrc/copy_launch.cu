@@ -64,6 +64,23 @@ void launch_sized(const CopyArgs& args, const DeviceLayout& layout, const int32_
   }
 }
 
+template <int CAP, int ALIGN>
+void launch_moves(const MoveArgs& args, int device, const int32_t* from, const int32_t* to, int count,
+                  cudaStream_t stream, const KernelConfig& config) {
+  InlinePairs<CAP> pairs;
+  std::copy(from, from + count, pairs.block);
+  std::copy(to, to + count, pairs.slot);
+  MoveArgs a = args;
+  a.count = count;
+  const long long tiles = static_cast<long long>(count) * a.tiles_per_slot;
+  const int warps_per_cta = std::max(1, std::min(kMaxThreadsPerCta / 32, config.warps_per_cta));
+  const long long wanted = (tiles + warps_per_cta - 1) / warps_per_cta;
+  const long long limit = static_cast<long long>(sm_count_cached(device)) * std::max(1, config.ctas_per_sm);
+  const int ctas = static_cast<int>(std::max(1LL, std::min(wanted, limit)));
+  kv_move_kernel<CAP, ALIGN><<<ctas, warps_per_cta * 32, 0, stream>>>(a, pairs);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 DeviceLayout make_device_layout(int device, const std::vector<Region>& regions) {
@@ -193,6 +210,34 @@ void memcpy_peer(uint64_t dst, int dst_device, uint64_t src, int src_device, int
   DeviceGuard guard(src_device);
   CUDA_CHECK(cudaMemcpyPeerAsync(reinterpret_cast<void*>(dst), dst_device, reinterpret_cast<const void*>(src),
                                  src_device, static_cast<size_t>(bytes), reinterpret_cast<cudaStream_t>(stream)));
+}
+
+void launch_slot_moves(int device, const std::vector<uint64_t>& segments, int64_t slots_per_segment,
+                       int64_t slot_bytes, const int32_t* from, const int32_t* to, int64_t n, uint64_t stream,
+                       const KernelConfig& config) {
+  KV_CHECK(segments.size() <= static_cast<size_t>(kMaxSegments),
+           "the SM move kernel takes at most " + std::to_string(kMaxSegments) + " pool segments, got " +
+               std::to_string(segments.size()));
+  if (n == 0) return;
+  MoveArgs args{};
+  bool aligned = slot_bytes % 16 == 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    args.segments[s] = segments[s];
+    aligned = aligned && segments[s] % 16 == 0;
+  }
+  args.slots_per_segment = slots_per_segment;
+  args.slot_bytes = slot_bytes;
+  args.tiles_per_slot = static_cast<int>((slot_bytes + kTileBytes - 1) / kTileBytes);
+  DeviceGuard guard(device);
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  for (int64_t start = 0; start < n; start += kMaxBlocksPerLaunch) {
+    const int count = static_cast<int>(std::min<int64_t>(kMaxBlocksPerLaunch, n - start));
+    if (aligned) {
+      launch_moves<kMaxBlocksPerLaunch, 16>(args, device, from + start, to + start, count, s, config);
+    } else {
+      launch_moves<kMaxBlocksPerLaunch, 1>(args, device, from + start, to + start, count, s, config);
+    }
+  }
 }
 
 }  // namespace specgen_kv::cuda_ops

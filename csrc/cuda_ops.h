@@ -80,6 +80,10 @@ void launch_kernel_copy(const DeviceLayout& layout, const std::vector<uint64_t>&
                         int64_t slots_per_segment, int64_t slot_bytes, bool to_pool,
                         const int32_t* blocks, const int32_t* slots, int64_t n, uint64_t stream,
                         const KernelConfig& config);
+// Copy whole pool slots from[i] -> to[i] with the SM kernel (a shrink's moves), queued on `stream`.
+void launch_slot_moves(int device, const std::vector<uint64_t>& segments, int64_t slots_per_segment,
+                       int64_t slot_bytes, const int32_t* from, const int32_t* to, int64_t n, uint64_t stream,
+                       const KernelConfig& config);
 
 // Copy engines: one batched call (cudaMemcpyBatchAsync where the runtime has it), or one
 // cudaMemcpyPeerAsync/cudaMemcpyAsync per piece.

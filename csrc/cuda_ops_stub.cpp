@@ -48,6 +48,10 @@ void launch_kernel_copy(const DeviceLayout&, const std::vector<uint64_t>&, int64
                         const int32_t*, int64_t, uint64_t, const KernelConfig&) {
   NO_CUDA("launch_kernel_copy");
 }
+void launch_slot_moves(int, const std::vector<uint64_t>&, int64_t, int64_t, const int32_t*, const int32_t*, int64_t,
+                       uint64_t, const KernelConfig&) {
+  NO_CUDA("launch_slot_moves");
+}
 void batch_copy(int, const std::vector<uint64_t>&, const std::vector<uint64_t>&, const std::vector<uint64_t>&,
                 uint64_t) {
   NO_CUDA("batch_copy");

@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             pending = []
             while not stop.is_set():
                 hi = next_key[0]
-                lo = max(1, hi - pool.stats().capacity_blocks)
+                # The keys the last fill stored (cheap to compute: this thread competes with the
+                # give-back for the interpreter, as an engine thread would).
+                lo = max(1, hi - pool.capacity_bytes // pool.layout.slot_bytes)
                 if hi - lo < args.load_batch:
                     time.sleep(0.001)
                     continue
@@ -153,25 +155,30 @@ def main(argv: list[str] | None = None) -> int:
 
     # The pool's control loop: in specgen this is PoolControlAgent.step() in the pool's own thread.
     applied_at: list[float] = []
+    applied = threading.Condition()
 
     def control_loop() -> None:
         try:
             while not stop.is_set():
                 if agent.step():
-                    applied_at.append(time.perf_counter())
+                    with applied:
+                        applied_at.append(time.perf_counter())
+                        applied.notify_all()
                 else:
                     time.sleep(0.0001)
         except BaseException as exc:
             errors.append(exc)
+            with applied:
+                applied.notify_all()
 
     def wait_applied(count: int, timeout_s: float = 120.0) -> float:
-        deadline = time.monotonic() + timeout_s
-        while len(applied_at) < count:
-            if errors:
-                raise errors[0]
-            if time.monotonic() > deadline:
+        # Sleeps until notified: the scheduler's side lives in another process in specgen, so this
+        # thread must not compete with the give-back for the interpreter while it waits.
+        with applied:
+            if not applied.wait_for(lambda: len(applied_at) >= count or errors, timeout=timeout_s):
                 raise SystemExit(f"the pool did not apply resize {count} within {timeout_s} s")
-            time.sleep(0.00005)
+        if errors:
+            raise errors[0]
         return applied_at[count - 1]
 
     # The pool reports once; the controller (scheduler side) learns its identity and devices.
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             steward.on_stats(identity, before, now)
             loads_before = dict(loads)
             time.sleep(0.01)               # loads run on the full pool before the request
-            applied = len(applied_at)
+            done_before = len(applied_at)
             t0 = time.perf_counter()
             requests = steward.steer([WorkerPlacement(busy=True, **worker)], now)
             if not requests:
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                                  f"pool view: {steward.views(now)}")
             for ident, request in requests:
                 controller.resize(ident.decode(), request.target_bytes, request.request_id)
-            t1 = wait_applied(applied + 1)
+            t1 = wait_applied(done_before + 1)
             after = pool.stats()
             rows.append({"round": round_index, "release_ms": (t1 - t0) * 1e3,
                          "freed_bytes": before.capacity_bytes - after.capacity_bytes,
@@ -208,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
             now += 1.0
             steward.on_stats(identity, after, now)
             for ident, request in steward.steer([WorkerPlacement(busy=False, **worker)], now):
-                applied = len(applied_at)
+                done_before = len(applied_at)
                 controller.resize(ident.decode(), request.target_bytes, request.request_id)
-                wait_applied(applied + 1)
+                wait_applied(done_before + 1)
             now += 1.0
     finally:
         stop.set()

@@ -127,6 +127,40 @@ def test_gpu_many_layers_use_the_device_region_table(method: str) -> None:
     _roundtrip("split", "cuda:0", "cuda:1", method, layers=40)
 
 
+def _gpu_moves(kind: str, pool_device: str) -> None:
+    # More moves than one launch takes (2,048), across segments, as a large shrink makes them.
+    tensors = cache_tensors(kind, 4, "cuda:0", layers=1)
+    layout = KvLayout.from_tensors(tensors, 4)
+    sps, count = 4096, 3
+    transfer = KvTransfer(layout, slots_per_segment=sps, max_segments=4)
+    segments = [torch.randint(0, 255, (sps * layout.slot_bytes,), dtype=torch.uint8, device=pool_device)
+                for _ in range(count)]
+    for index, seg in enumerate(segments):
+        transfer.set_segment(index, seg.data_ptr())
+    rows = torch.cat([seg.view(sps, layout.slot_bytes) for seg in segments])
+    before = rows.clone()
+    rng = np.random.default_rng(3)
+    picked = rng.permutation(count * sps)[:2 * 2500]
+    src, dst = picked[:2500], picked[2500:]
+    synchronize_all()
+    transfer.move_slots(src, dst).wait()
+    after = torch.cat([seg.view(sps, layout.slot_bytes) for seg in segments])
+    assert torch.equal(after[torch.as_tensor(dst, device=pool_device)], before[torch.as_tensor(src, device=pool_device)])
+    untouched = torch.as_tensor(np.setdiff1d(np.arange(count * sps), dst), device=pool_device)
+    assert torch.equal(after[untouched], before[untouched])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["flash033", "unaligned"])
+def test_gpu_move_slots_same_device(kind: str) -> None:
+    _gpu_moves(kind, "cuda:0")
+
+
+@pytest.mark.gpu2
+def test_gpu_move_slots_peer_device() -> None:
+    _gpu_moves("flash033", "cuda:1")
+
+
 @pytest.mark.gpu
 def test_gpu_copy_is_ordered_after_the_compute_stream() -> None:
     tensors = cache_tensors("flash033", 8, "cuda:0", layers=1)
