@@ -15,7 +15,8 @@ freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
 
 Threads: one thread may load while another stores, shrinks or grows (a profiler's give-back runs
 beside the engine's fetches). A lock guards the table, the segment list and the copies in flight;
-the copies themselves and the waits for pinned blocks run outside it. A block evicted between
+stores, loads and the waits for pinned blocks run outside it, a shrink's moves inside it (one
+critical section per pass, so the give-back does not queue behind every load). A block evicted between
 `lookup` and `load` is a miss (`PoolCopy.missed`), never an error and never another block's bytes:
 a slot's block is pinned from `acquire` until its load completes, so nothing rewrites or frees it.
 
@@ -246,25 +247,24 @@ class RemoteKvPool:
         deadline = time.monotonic() + timeout_s
         freed = 0
         while pending:
+            # One critical section per pass, the moves' copy included (on a GPU a few milliseconds for
+            # a GiB): a loading thread waits that long, where a lock taken and dropped around each step
+            # made the give-back queue behind every load for the interpreter and the lock in turn.
             with self._lock:
                 pending = [s for s in pending if self._segments.get(s.index) is s]  # others may have freed some
                 steps = [(s, self.table.retire_slots(*self._slot_range(s.index), relocate=relocate)) for s in pending]
-            moved = [step for _, step in steps if len(step.moved_keys)]
-            if moved:
-                keys = np.concatenate([step.moved_keys for step in moved])
-                # Moved blocks read as pending (pinned) until finish_moves: the copy needs no lock.
-                try:
-                    self.transfer.move_slots(np.concatenate([step.src_slots for step in moved]),
-                                             np.concatenate([step.dst_slots for step in moved]),
-                                             stream=self.copy_stream).wait()
-                except Exception:
-                    with self._lock:
+                moved = [step for _, step in steps if len(step.moved_keys)]
+                if moved:
+                    keys = np.concatenate([step.moved_keys for step in moved])
+                    try:
+                        self.transfer.move_slots(np.concatenate([step.src_slots for step in moved]),
+                                                 np.concatenate([step.dst_slots for step in moved]),
+                                                 stream=self.copy_stream).wait()
+                    except Exception:
                         self.table.finish_moves(keys, ok=False)
-                    raise
-                with self._lock:
+                        raise
                     self.table.finish_moves(keys, ok=True)
-            done: list[_Segment] = []
-            with self._lock:
+                done: list[_Segment] = []
                 for segment, step in steps:
                     if step.busy == 0 and self.table.used_in_range(*self._slot_range(segment.index)) == 0:
                         # Empty and taking no blocks: nothing can copy into or out of it from here on.
@@ -273,7 +273,7 @@ class RemoteKvPool:
                         self._shrinks += 1
                         done.append(segment)
             for segment in done:
-                segment.memory.release()
+                segment.memory.release()     # outside the lock: cudaFree waits for the device's work
                 freed += segment.memory.nbytes
             pending = [s for s in pending if s not in done]
             if not pending:
