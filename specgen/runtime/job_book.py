@@ -11,6 +11,7 @@ answered straight to their caller.
 from __future__ import annotations
 
 import collections
+import heapq
 import logging
 import math
 import uuid
@@ -71,6 +72,10 @@ class JobBook:
 
     def init_jobs(self) -> None:
         self.jobs: dict[str, JobState] = {}
+        # When a running job may next be due to end by itself, so that a tick looks at those jobs
+        # only: (monotonic time, job id) of reasoners to register by, (wall time, job id) of deadlines.
+        self._reasoner_due: list[tuple[float, str]] = []
+        self._deadline_due: list[tuple[float, str]] = []
         self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
         self.jobs_finished: collections.Counter[str] = collections.Counter()   # by result status
         # Called with each feedback latency as it is recorded (the metrics' histogram).
@@ -81,7 +86,7 @@ class JobBook:
         for rec in self.journal.unfinished_jobs():
             job = JobState(spec=rec.spec, has_reasoner=rec.has_reasoner, attempts=rec.attempts,
                            last_seq=rec.last_seq)
-            self.jobs[rec.spec.job_id] = job
+            self._add_job(job)
             for upd in rec.updates:
                 job.updates[(upd.candidate_id, upd.stage)] = upd
             for sub in rec.candidates:
@@ -96,18 +101,32 @@ class JobBook:
             log.info("resumed job %s: %d candidates, %d verdicts", job.spec.job_id,
                      len(job.candidates), len(job.updates))
 
+    def _add_job(self, job: JobState) -> None:
+        self.jobs[job.spec.job_id] = job
+        if job.spec.deadline is not None:
+            heapq.heappush(self._deadline_due, (job.spec.deadline + self.settings.job_grace_s, job.spec.job_id))
+
+    def _watch_reasoner(self, job: JobState) -> None:
+        """The job's reasoner is (again) to register: check it once `ready_timeout_s` has passed."""
+        if job.has_reasoner and job.reasoner_started:
+            heapq.heappush(self._reasoner_due, (job.reasoner_started + self.settings.ready_timeout_s,
+                                                job.spec.job_id))
+
     def _expire_jobs(self, now: float) -> None:
-        wall = self.wall()
-        for job in list(self.jobs.values()):
-            if job.state != "running":
-                continue
-            if (job.has_reasoner and job.reasoner_peer is None and job.reasoner_started
-                    and now - job.reasoner_started > self.settings.ready_timeout_s):
+        # Only the jobs whose check is due: a tick costs nothing per job otherwise.
+        while self._reasoner_due and self._reasoner_due[0][0] < now:
+            job = self.jobs.get(heapq.heappop(self._reasoner_due)[1])
+            if (job is not None and job.state == "running" and job.has_reasoner and job.reasoner_peer is None
+                    and job.reasoner_started and now - job.reasoner_started > self.settings.ready_timeout_s):
                 self._finish_job(job, JobResult(
                     job_id=job.spec.job_id, status="failed",
                     error=f"the job's reasoner did not register within "
                           f"{self.settings.ready_timeout_s:g} s (setting ready_timeout_s)"), now)
-            elif job.spec.deadline is not None and wall > job.spec.deadline + self.settings.job_grace_s:
+        wall = self.wall()
+        while self._deadline_due and self._deadline_due[0][0] < wall:
+            job = self.jobs.get(heapq.heappop(self._deadline_due)[1])
+            if (job is not None and job.state == "running" and job.spec.deadline is not None
+                    and wall > job.spec.deadline + self.settings.job_grace_s):
                 self._finish_job(job, JobResult(
                     job_id=job.spec.job_id, status="timed_out",
                     error=f"wall time of {job.spec.wall_time_s:g} s used up and the reasoner did not "
@@ -147,7 +166,7 @@ class JobBook:
             # A job the submitter runs itself (no reasoner here), e.g. an optimize loop in its own process.
             spec = JobSpec(job_id=sub.job_id, problem_name=sub.problem_name, created_at=self.wall())
             job = JobState(spec=spec, has_reasoner=False)
-            self.jobs[sub.job_id] = job
+            self._add_job(job)
             self.journal.put_job(spec, "running", False, 0)
         if job.submitter != peer:
             job.submitter = peer
@@ -241,6 +260,7 @@ class JobBook:
         job.attempts += 1
         job.reasoner_peer = None
         job.reasoner_started = now
+        self._watch_reasoner(job)
         self.journal.put_job(job.spec, "running", True, job.attempts)
         self.actions.append(("start_reasoner", job.spec.job_id))
 
@@ -270,7 +290,7 @@ class JobBook:
         if spec.wall_time_s is not None:
             spec.deadline = spec.created_at + spec.wall_time_s
         job = JobState(spec=spec, has_reasoner=True)
-        self.jobs[spec.job_id] = job
+        self._add_job(job)
         job.subscribers.add(peer)
         self._emit(job, "created", {"problem_name": spec.problem_name, "entry": spec.entry})
         self._start_reasoner(job, now)

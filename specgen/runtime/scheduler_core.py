@@ -132,7 +132,7 @@ class SchedulerCore(WorkerRegistry, JobBook, AssignmentPolicy):
                 code="unregistered", ref=ref,
                 message="unknown peer (new or restarted scheduler, or timed out): send Hello first"))
             return
-        known.last_seen = now
+        self._touch(known, now)
         entry = self.dispatch.get(type(msg))
         if entry is None or known.role not in entry[1]:
             self.reply(peer, ErrorReply(

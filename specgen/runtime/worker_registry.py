@@ -71,7 +71,7 @@ class WorkerRegistry:
     """
 
     def init_peers(self) -> None:
-        self.peers: dict[bytes, Peer] = {}
+        self.peers: collections.OrderedDict[bytes, Peer] = collections.OrderedDict()   # least recently heard first
         self.workers: dict[bytes, WorkerState] = {}
         self.work_acks: dict[bytes, list[int]] = {}     # worker -> WorkDone call_ids not yet acked
         # request id -> (worker name, request) for requests taken back from lost workers: that
@@ -120,9 +120,19 @@ class WorkerRegistry:
             self.idle[pool][w.peer] = w
         self.workers_version += 1
 
+    def _touch(self, known: Peer, now: float) -> None:
+        # Peers stay ordered by when they were last heard from, so expiry reads only the silent ones.
+        known.last_seen = now
+        self.peers.move_to_end(known.id)
+
     def _expire_peers(self, now: float) -> None:
         timeout = self.settings.peer_timeout_s
-        for peer in [p for p in self.peers.values() if now - p.last_seen > timeout]:
+        silent = []
+        for p in self.peers.values():
+            if now - p.last_seen <= timeout:
+                break
+            silent.append(p)
+        for peer in silent:
             self._peer_lost(peer.id, f"silent for more than {timeout:g} s (setting peer_timeout_s)", now)
 
     # -- peers ------------------------------------------------------------------------------
@@ -157,7 +167,7 @@ class WorkerRegistry:
             known = Peer(id=peer, role=msg.role, name=msg.name, last_seen=now)
             self.peers[peer] = known
             log.info("%s %s joined", msg.role, msg.name)
-        known.last_seen = now
+        self._touch(known, now)
         if msg.role == "worker" and peer not in self.workers:
             self._add_worker(peer, msg, now)
         elif msg.role == "reasoner":
@@ -224,6 +234,7 @@ class WorkerRegistry:
             job.subscribers.discard(peer)
             if job.reasoner_peer == peer:
                 job.reasoner_peer = None
+                self._watch_reasoner(job)   # it has ready_timeout_s from its start to come back
             if job.submitter == peer:
                 job.submitter = None
         # One-off requests of a caller that is gone: nobody will read the answer.
