@@ -192,7 +192,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
 
 
 def _kv_plan(plan: _Plan, args: argparse.Namespace, devices: list[str]):
-    """Where the KV pool goes: only a vLLM engine in this process can use one."""
+    """Where the KV pool goes: only a vLLM engine can use one; with --scheduler, the job's reasoner
+    places it (kv_pool.attach_in_cluster)."""
     from specgen.kv.engine_config import KvPoolPlan, plan_kv_pool
 
     if plan.llm != "vllm":
@@ -200,6 +201,10 @@ def _kv_plan(plan: _Plan, args: argparse.Namespace, devices: list[str]):
             raise UsageError(f"--kv-pool {args.kv_pool} needs --llm vllm (the pool plugs into "
                              f"vLLM's KV offloading); this run's engine is {plan.llm}")
         return KvPoolPlan("", 0, f"no vLLM engine in this process ({plan.llm})")
+    if args.scheduler:
+        if not args.kv_pool_gib > 0:
+            raise UsageError(f"--kv-pool-gib must be > 0, got {args.kv_pool_gib}")
+        return KvPoolPlan("", 0, "placed by the job's reasoner in the cluster")
     return plan_kv_pool(args.kv_pool, devices, pool_gib=args.kv_pool_gib)
 
 
@@ -423,10 +428,11 @@ def run_optimize(args: argparse.Namespace) -> int:
         check_out_dir(Path(args.out), args.force)   # before an engine loads a model
     if args.scheduler:
         for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
-                            ("--set", args.runtime_settings), ("--kv-pool", args.kv_pool != "auto")):
+                            ("--set", args.runtime_settings)):
             if given:
                 raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
-                                 f"nodes decide where evaluations and the KV pool run")
+                                 f"nodes decide where evaluations run")
+    # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
     kv_plan = _kv_plan(plan, args, devices)
     # A job sent to a scheduler makes its engine in its reasoner there; only a replayed trace is
     # opened here too, for its number of iterations.
@@ -525,7 +531,8 @@ def _engine_options(plan: _Plan, args: argparse.Namespace) -> dict[str, Any]:
         options = {"llm": "replay", "trace": str(plan.trace_path.resolve()), "speed": args.speed,
                    "fork_model": args.fork_model, "timing": list(args.timing or [])}
     elif plan.llm == "vllm":
-        options = {"llm": "vllm", "model": str(Path(args.model).resolve())}
+        options = {"llm": "vllm", "model": str(Path(args.model).resolve()), "kv_pool": args.kv_pool,
+                   "kv_pool_gib": args.kv_pool_gib}
     else:
         options = {"llm": "openai", "base_url": args.base_url, "model": args.model}
     if args.tokenizer:

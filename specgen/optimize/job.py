@@ -12,7 +12,8 @@ plus `engine`, which says what to generate with:
 
     {"llm": "replay", "trace": PATH, "speed": 1.0,       (no trace: the problem's bundled one)
      "fork_model": "draft", "timing": ["r1=40"]}         (default scripted: the trace's own forks)
-    {"llm": "vllm", "model": DIR, "tokenizer": DIR}
+    {"llm": "vllm", "model": DIR, "tokenizer": DIR,
+     "kv_pool": "auto", "kv_pool_gib": 4.0}             (the remote KV pool: kv/engine_config.py)
     {"llm": "openai", "base_url": URL, "model": NAME, "tokenizer": DIR}
 """
 from __future__ import annotations
@@ -106,7 +107,7 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
         raise UsageError(f"options[{ENGINE_OPTION!r}] must be a mapping, got {type(raw).__name__}")
     llm = raw.get("llm", "replay")
     known = {"replay": {"llm", "trace", "speed", "tokenizer", "fork_model", "timing"},
-             "vllm": {"llm", "model", "tokenizer"},
+             "vllm": {"llm", "model", "tokenizer", "kv_pool", "kv_pool_gib"},
              "openai": {"llm", "base_url", "model", "tokenizer"}}
     if llm not in known:
         raise UsageError(f"options['engine']['llm'] must be one of {', '.join(known)}, got {llm!r}")
@@ -132,7 +133,7 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
         return IterationModelledEngine(trace, fork_writer(fork_model),
                                        timing=TimingModel.from_overrides(list(raw.get("timing") or [])),
                                        speed=float(raw.get("speed", 1.0)), tokenizer=raw.get("tokenizer"))
-    missing = [k for k in sorted(known[llm] - {"llm"}) if not raw.get(k)
+    missing = [k for k in sorted(known[llm] - {"llm", "kv_pool", "kv_pool_gib"}) if not raw.get(k)
                and not (llm == "vllm" and k == "tokenizer")]
     if missing:
         raise UsageError(f"options['engine'] for {llm} needs {', '.join(missing)}")
@@ -147,13 +148,28 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
 
 async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
                             emit: Callable[[JobEvent], None]) -> JobResult:
-    """The optimize loop as a scheduler job's entry (runs inside the job's reasoner process)."""
+    """The optimize loop as a scheduler job's entry (runs inside the job's reasoner process). A
+    vLLM engine keeps its KV blocks in the remote pool, as `specgen optimize` does in its own
+    process: where `options["engine"]["kv_pool"]` (default auto) puts it on this machine."""
+    import asyncio
+    import logging
+
+    from specgen.optimize import kv_pool
     from specgen.optimize.loop import run_job
 
     spec = optimize_spec_from_job(job)
     engine = engine_from_options(job.options, job.problem_name)
+    raw = job.options.get(ENGINE_OPTION) or {}
+    pool_id = ""
     try:
+        if raw.get("llm") == "vllm":
+            notice, pool_id = await asyncio.to_thread(
+                kv_pool.attach_in_cluster, engine, backend, raw.get("kv_pool", "auto"),
+                float(raw.get("kv_pool_gib", kv_pool.DEFAULT_POOL_GIB)))
+            logging.getLogger("specgen.optimize.job").info("job %s: %s", job.job_id, notice)
         result = await run_job(spec, engine, backend, lambda event: emit(job_event(event)))
+        if pool_id:
+            result.kv_pool = await asyncio.to_thread(kv_pool.final_stats, backend, pool_id, settle_s=0.3)
     finally:
         await engine.close()
     return job_result(result)

@@ -7,11 +7,11 @@ it, after checking that the installed vLLM is one the spec can drive.
 """
 from __future__ import annotations
 
+import socket
 import time
-
 import uuid
 
-from specgen.kv.engine_config import KvPoolPlan
+from specgen.kv.engine_config import DEFAULT_POOL_GIB, KvPoolPlan, plan_kv_pool
 
 
 def supported(version: str | None = None) -> tuple[bool, str]:
@@ -47,6 +47,17 @@ def attach(engine: object, plan: KvPoolPlan, control_endpoint: str | None) -> tu
     where = "registered with the scheduler" if control_endpoint else "not registered (in-process evaluation)"
     return (f"KV pool: {plan.pool_bytes / (1 << 30):g} GiB in {plan.reason} ({engine_id}, {where}).",
             engine_id if control_endpoint else "")
+
+
+def attach_in_cluster(engine: object, backend: object, choice: str = "auto",
+                      pool_gib: float = DEFAULT_POOL_GIB) -> tuple[str, str]:
+    """`attach` for a job's engine in its reasoner (a scheduler job): the pool goes where `choice`
+    says given the evaluation GPUs the cluster has on this machine (from the scheduler's view of its
+    workers), and registers on the scheduler's KV control channel when it has one open."""
+    stats = backend.client.stats()   # type: ignore[attr-defined]
+    host = socket.gethostname()
+    devices = [w.device for w in stats.workers if w.host == host]
+    return attach(engine, plan_kv_pool(choice, devices, pool_gib=pool_gib), stats.kv_control_endpoint or None)
 
 
 def final_stats(backend: object, pool_id: str, *, settle_s: float = 0.0, timeout_s: float = 3.0):
