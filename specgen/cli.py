@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from specgen.errors import UsageError
+from specgen.errors import SpecgenError, UsageError
 
 COMMAND_MODULES = [
     "specgen.eval.commands",
@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"specgen {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except SpecgenError as exc:
+        # Raised on purpose with a message that says what went wrong (an unreachable scheduler, a
+        # refused key...): the message, not a traceback.
+        print(f"specgen {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -206,6 +206,8 @@ class NodeActor:
         self.conn.start()
         for slot in self.slots.values():
             self._start(slot)
+        started = time.monotonic()
+        next_warning = started + self.settings.connect_timeout_s
         while True:
             try:
                 item = self.inbox.get(timeout=0.2)
@@ -220,6 +222,15 @@ class NodeActor:
                 elif kind == "notice":
                     self._on_worker_notice(rest[0])
             now = time.monotonic()
+            if next_warning is not None and now >= next_warning:
+                # A node that never registers (scheduler down, wrong server key, refused key) keeps
+                # trying; it says why every connect_timeout_s instead of waiting in silence.
+                problem = self.conn.welcome_problem(now - started)
+                if problem is None:
+                    next_warning = None
+                else:
+                    log.warning("not registered with the scheduler yet: %s", problem)
+                    next_warning = now + self.settings.connect_timeout_s
             for slot in self.slots.values():
                 if slot.state == "restarting" and slot.restart_at is not None and now >= slot.restart_at:
                     self._start(slot)

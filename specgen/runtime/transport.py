@@ -291,17 +291,29 @@ class PeerConnection:
         self.drive(lambda: self._welcomed.is_set() or self.auth_error is not None, timeout)
         if self.auth_error and not self._welcomed.is_set():
             raise AuthenticationFailed(self.auth_error)
-        if not self._welcomed.is_set():
-            hint = (
-                f"; {self.handshake_failures} CURVE handshakes failed: check that the server "
-                "public key matches the scheduler's" if self.handshake_failures else ""
-            )
-            raise SchedulerUnreachable(
-                f"no answer from the scheduler at {self.address} within {timeout:g} s "
-                f"(setting connect_timeout_s){hint}; is `specgen serve` running there?"
-            )
+        problem = self.welcome_problem(timeout)
+        if problem is not None:
+            raise SchedulerUnreachable(problem)
         assert self.welcome is not None
         return self.welcome
+
+    @property
+    def welcomed(self) -> bool:
+        return self._welcomed.is_set()
+
+    def welcome_problem(self, waited_s: float) -> str | None:
+        """Why no Welcome came in `waited_s` seconds, in words (None once welcomed): a refused key,
+        failed CURVE handshakes (a wrong server key), or silence."""
+        if self._welcomed.is_set():
+            return None
+        if self.auth_error:
+            return self.auth_error
+        hint = (
+            f"; {self.handshake_failures} CURVE handshakes failed: check that the server "
+            "public key matches the scheduler's" if self.handshake_failures else ""
+        )
+        return (f"no answer from the scheduler at {self.address} within {waited_s:g} s "
+                f"(setting connect_timeout_s){hint}; is `specgen serve` running there?")
 
     def close(self, goodbye: _Wire | None = None) -> None:
         if self._closed:

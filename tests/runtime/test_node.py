@@ -147,6 +147,44 @@ def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> Non
         scheduler.stop(5)
 
 
+def test_a_node_with_a_stale_server_key_says_why_it_is_not_registered(tmp_path) -> None:
+    """The node's copy of the server's public key is from another key set: the CURVE handshake
+    cannot succeed, and instead of trying in silence the node logs why, every connect_timeout_s."""
+    import shutil
+
+    from specgen.runtime.auth import generate
+    from specgen.runtime.child_process import ChildProcess
+    from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+
+    keys, other, stale = tmp_path / "keys", tmp_path / "other", tmp_path / "stale"
+    generate(keys)
+    generate(other)
+    shutil.copytree(keys, stale)
+    shutil.copy(other / "server.key", stale / "server.key")
+    settings = RuntimeSettings(connect_timeout_s=1.0)
+    state = tmp_path / "state"
+    scheduler = ChildProcess("scheduler", "specgen.runtime.scheduler",
+                             ["--bind", "tcp://127.0.0.1:*", "--state-dir", str(state), "--keys", str(keys)],
+                             env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "s.log").start()
+    node = None
+    try:
+        address = wait_for(lambda: (state / "address").exists() and (state / "address").read_text().strip(),
+                           30, "the scheduler to listen")
+        log = tmp_path / "n.log"
+        node = ChildProcess("node", "specgen.runtime.node",
+                            ["--scheduler", address, "--keys", str(stale), "--cpu-workers", "1",
+                             "--evaluator", "replay", "--name", "stale",
+                             "--join-secret", str(state / "join_secret")],
+                            env={SETTINGS_ENV: settings.to_env()}, log_path=log).start()
+        said = wait_for(lambda: log.exists() and "not registered with the scheduler yet" in log.read_text()
+                        and log.read_text(), 30, "the node to say why it is not registered")
+        assert f"no answer from the scheduler at {address}" in said
+    finally:
+        if node is not None:
+            node.stop(5)
+        scheduler.stop(5)
+
+
 def test_a_gpu_named_several_times_gets_one_worker_each() -> None:
     from specgen.runtime.node import NodeActor
 
