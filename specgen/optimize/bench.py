@@ -137,7 +137,8 @@ def _evaluations(result: OptimizeResult) -> list[dict[str, Any]]:
         for u in updates:
             if u.cancelled or not u.finished_at > u.started_at > 0:
                 continue
-            found.append({"candidate": c.candidate_id, "origin": c.origin, "iteration": c.iteration,
+            found.append({"candidate": c.candidate_id, "program": c.fingerprint, "origin": c.origin,
+                          "iteration": c.iteration,
                           "position": c.position, "extracted_at": c.extracted_at,
                           "stage": u.stage, "worker": u.worker, "started_at": u.started_at,
                           "finished_at": u.finished_at, "compiled": u.verdict.compiled,

@@ -51,6 +51,8 @@ class ServiceTimes:
     durations: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # problem -> stage -> s
     speedups: dict[str, list[float]] = field(default_factory=dict)               # problem -> speedups
     compile_s: dict[str, list[float]] = field(default_factory=dict)              # problem -> compile s
+    # program fingerprint -> the verdicts (correct or not) its validations got in the measured run
+    verdicts: dict[str, list[bool]] = field(default_factory=dict)
     source: str = ""
 
     def pooled(self, stage: str) -> list[float]:
@@ -100,6 +102,8 @@ class ServiceTimes:
                     times.compile_s.setdefault(problem, []).append(float(compile_s))
                 if stage == "profile" and e.get("correct") and e.get("speedup") is not None:
                     times.speedups.setdefault(problem, []).append(float(e["speedup"]))
+                if stage == "validate" and e.get("program"):
+                    times.verdicts.setdefault(e["program"], []).append(bool(e.get("correct")))
         if not seen:
             raise UsageError(f"{path}: no per-stage evaluations recorded (results.json of a bench "
                              "from before `evaluations` was written: run `specgen bench` again)")
@@ -187,14 +191,19 @@ def script_turn(problem: str, reasoning: str, final_text: str, settings: Trigger
 
 
 class Correctness:
-    """Whether a program is correct: the library's label of it (honest and slow kernels are
-    correct, wrong and cheating ones are not); a program not in the library (a draft the
-    generator broke) is not."""
+    """Whether a program is correct: what its validations got in the measured run when the bench
+    recorded it (most of them correct), else the library's label of it (honest and slow kernels
+    are correct, wrong and cheating ones are not); a program neither measured nor in the library
+    (a draft the generator broke) is not. Measured verdicts win because a kernel can fail on the
+    hardware measured (a timeout, a tolerance) whatever its label says."""
 
-    def __init__(self, library: CandidateLibrary) -> None:
+    def __init__(self, library: CandidateLibrary, measured: dict[str, list[bool]] | None = None) -> None:
         self.correct: dict[str, bool] = {}
         for c in library.candidates:
             self.correct[fingerprint(c.source)] = c.kind in ("honest", "slow")
+        for key, verdicts in (measured or {}).items():
+            if verdicts:
+                self.correct[key] = 2 * sum(verdicts) >= len(verdicts)
 
     def __call__(self, source: str) -> bool:
         return self.correct.get(program_key(source), False)

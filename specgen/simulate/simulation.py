@@ -313,7 +313,7 @@ class Simulation:
         self.cfg = cfg
         self.service = service
         self.bank = bank
-        self.correct = correctness or Correctness(bank.library)
+        self.correct = correctness or Correctness(bank.library, service.verdicts)
         self.rng = random.Random(f"simulate-{cfg.seed}")
         self.eval_rng = random.Random(f"simulate-eval-{cfg.seed}")
         self.clock = VirtualClock(start=0.0, wall_start=WALL0)

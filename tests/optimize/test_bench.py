@@ -39,6 +39,9 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
         queued = data["utilization"][mode]["while_queued"]     # the scheduler's own measure
         assert queued is None or 0 <= queued <= 1
     assert all("busy_while_queued" in b for b in data["batches"])
+    # Each evaluation names its program, so the simulator can take its measured verdicts.
+    evaluations = [e for job in data["intervals"] for e in job["evaluations"]]
+    assert evaluations and all(len(e["program"]) >= 16 for e in evaluations)
     ratio = data["ratios"]["end_to_end_s"]
     assert ratio["n"] == 2 and math.isfinite(ratio["geomean"])
     assert 0 < data["ceiling"] <= 1

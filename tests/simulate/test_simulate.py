@@ -105,6 +105,31 @@ def test_service_times_from_bench(tmp_path) -> None:
     assert times.speedups["attention"] == [1.4] and times.compile_s["attention"] == [1.5]
 
 
+def test_measured_verdicts_override_the_library_labels(tmp_path) -> None:
+    """A kernel labelled honest that failed its validations in the measured run is incorrect in
+    the simulation (and one labelled wrong that passed is correct); others keep their labels."""
+    from specgen.optimize.dedup import fingerprint
+    from specgen.optimize.synthetic import CandidateLibrary
+    from specgen.simulate.model import Correctness
+
+    library = CandidateLibrary.load()
+    honest = next(c for c in library.candidates if c.kind == "honest")
+    wrong = next(c for c in library.candidates if c.kind == "wrong")
+    other = next(c for c in library.candidates if c.kind == "honest" and c is not honest)
+    data = {"intervals": [{"mode": "specgen", "problem": "attention", "batch": 0, "evaluations": [
+        {"stage": "validate", "program": fingerprint(honest.source), "correct": False, "started_at": 1.0,
+         "finished_at": 2.0},
+        {"stage": "validate", "program": fingerprint(honest.source), "correct": False, "started_at": 3.0,
+         "finished_at": 4.0},
+        {"stage": "validate", "program": fingerprint(wrong.source), "correct": True, "started_at": 5.0,
+         "finished_at": 6.0}]}]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    times = ServiceTimes.from_bench(path)
+    correct = Correctness(library, times.verdicts)
+    assert not correct(honest.source) and correct(wrong.source) and correct(other.source)
+
+
 def test_command_writes_its_report(tmp_path) -> None:
     from specgen.cli import main
 
