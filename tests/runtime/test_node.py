@@ -1,6 +1,7 @@
 """specgen-node supervising real worker processes that run real evaluations (CPU workers)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -110,41 +111,52 @@ def test_node_command_line_errors_are_one_line(capsys: pytest.CaptureFixture) ->
     assert "not a loopback address" in capsys.readouterr().err
 
 
+@contextlib.contextmanager
+def _curve_scheduler_and_node(tmp_path, scheduler_keys, node_keys, settings, *node_args: str):
+    """A scheduler on TCP with CURVE (`scheduler_keys`) and a node given `node_keys`, as separate
+    processes; yields (address, node log path)."""
+    from specgen.runtime.child_process import ChildProcess
+    from specgen.runtime.settings import SETTINGS_ENV
+
+    state = tmp_path / "state"
+    env = {SETTINGS_ENV: settings.to_env()}
+    scheduler = ChildProcess("scheduler", "specgen.runtime.scheduler",
+                             ["--bind", "tcp://127.0.0.1:*", "--state-dir", str(state), "--keys", str(scheduler_keys)],
+                             env=env, log_path=tmp_path / "s.log").start()
+    node = None
+    try:
+        address = wait_for(lambda: (state / "address").exists() and (state / "address").read_text().strip(),
+                           30, "the scheduler to listen")
+        log = tmp_path / "n.log"
+        node = ChildProcess("node", "specgen.runtime.node",
+                            ["--scheduler", address, "--keys", str(node_keys), "--evaluator", "replay",
+                             "--join-secret", str(state / "join_secret"), *node_args],
+                            env=env, log_path=log).start()
+        yield address, log
+    finally:
+        if node is not None:
+            node.stop(5)
+        scheduler.stop(5)
+
+
 def test_node_and_workers_authenticate_with_curve_keys_over_tcp(tmp_path) -> None:
     """A node reaching the scheduler over TCP: its workers get its CURVE keys, and credentials
     derived from the join secret the scheduler wrote to its state directory."""
     import specgen
     from specgen.runtime.auth import generate
-    from specgen.runtime.child_process import ChildProcess
     from specgen.runtime.replay_evaluator import ReplaySample, directive
-    from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+    from specgen.runtime.settings import RuntimeSettings
 
     keys = tmp_path / "keys"
     generate(keys)
-    settings = RuntimeSettings()
-    state = tmp_path / "state"
-    scheduler = ChildProcess("scheduler", "specgen.runtime.scheduler",
-                             ["--bind", "tcp://127.0.0.1:*", "--state-dir", str(state), "--keys", str(keys)],
-                             env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "s.log").start()
-    node = None
-    try:
-        address = wait_for(lambda: (state / "address").exists() and (state / "address").read_text().strip(),
-                           30, "the scheduler to listen")
-        node = ChildProcess("node", "specgen.runtime.node",
-                            ["--scheduler", address, "--keys", str(keys), "--cpu-workers", "2",
-                             "--evaluator", "replay", "--name", "remote",
-                             "--join-secret", str(state / "join_secret")],
-                            env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "n.log").start()
+    with _curve_scheduler_and_node(tmp_path, keys, keys, RuntimeSettings(), "--cpu-workers", "2",
+                                   "--name", "remote") as (address, _):
         with specgen.Client(address, keys=keys) as client:
             wait_for(lambda: len(client.stats().workers) == 2, 60, "both workers to register over CURVE")
             assert client.stats().nodes == ["remote"]
             v = client.evaluate("class Model: pass\n", directive(ReplaySample(validate_s=0.01, correct=True,
-                                                                             profile_s=0.01, speedup=2.0)))
+                                                                              profile_s=0.01, speedup=2.0)))
             assert v.correct and v.speedup == 2.0
-    finally:
-        if node is not None:
-            node.stop(5)
-        scheduler.stop(5)
 
 
 def test_a_node_with_a_stale_server_key_says_why_it_is_not_registered(tmp_path) -> None:
@@ -153,36 +165,18 @@ def test_a_node_with_a_stale_server_key_says_why_it_is_not_registered(tmp_path) 
     import shutil
 
     from specgen.runtime.auth import generate
-    from specgen.runtime.child_process import ChildProcess
-    from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+    from specgen.runtime.settings import RuntimeSettings
 
     keys, other, stale = tmp_path / "keys", tmp_path / "other", tmp_path / "stale"
     generate(keys)
     generate(other)
     shutil.copytree(keys, stale)
     shutil.copy(other / "server.key", stale / "server.key")
-    settings = RuntimeSettings(connect_timeout_s=1.0)
-    state = tmp_path / "state"
-    scheduler = ChildProcess("scheduler", "specgen.runtime.scheduler",
-                             ["--bind", "tcp://127.0.0.1:*", "--state-dir", str(state), "--keys", str(keys)],
-                             env={SETTINGS_ENV: settings.to_env()}, log_path=tmp_path / "s.log").start()
-    node = None
-    try:
-        address = wait_for(lambda: (state / "address").exists() and (state / "address").read_text().strip(),
-                           30, "the scheduler to listen")
-        log = tmp_path / "n.log"
-        node = ChildProcess("node", "specgen.runtime.node",
-                            ["--scheduler", address, "--keys", str(stale), "--cpu-workers", "1",
-                             "--evaluator", "replay", "--name", "stale",
-                             "--join-secret", str(state / "join_secret")],
-                            env={SETTINGS_ENV: settings.to_env()}, log_path=log).start()
+    with _curve_scheduler_and_node(tmp_path, keys, stale, RuntimeSettings(connect_timeout_s=1.0),
+                                   "--cpu-workers", "1", "--name", "stale") as (address, log):
         said = wait_for(lambda: log.exists() and "not registered with the scheduler yet" in log.read_text()
                         and log.read_text(), 30, "the node to say why it is not registered")
         assert f"no answer from the scheduler at {address}" in said
-    finally:
-        if node is not None:
-            node.stop(5)
-        scheduler.stop(5)
 
 
 def test_a_gpu_named_several_times_gets_one_worker_each() -> None:
