@@ -19,6 +19,7 @@ plus `engine`, which says what to generate with:
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -147,29 +148,42 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
 
 
 async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
-                            emit: Callable[[JobEvent], None]) -> JobResult:
-    """The optimize loop as a scheduler job's entry (runs inside the job's reasoner process). A
-    vLLM engine keeps its KV blocks in the remote pool, as `specgen optimize` does in its own
+                            emit: Callable[[JobEvent], None], run_dir: Path | None = None) -> JobResult:
+    """The optimize loop as a scheduler job's entry (runs inside the job's reasoner process).
+
+    With `run_dir` (the job's folder, which outlives its reasoner) the loop journals there, and a
+    reasoner started again continues from that journal: completed iterations stand, the one in
+    progress runs again from its start, no candidate is evaluated twice (`--resume`'s mechanism).
+    A vLLM engine keeps its KV blocks in the remote pool, as `specgen optimize` does in its own
     process: where `options["engine"]["kv_pool"]` (default auto) puts it on this machine."""
     import asyncio
     import logging
 
     from specgen.optimize import kv_pool
     from specgen.optimize.loop import run_job
+    from specgen.optimize.outputs import LoopJournal, ResumedRun
 
     spec = optimize_spec_from_job(job)
     engine = engine_from_options(job.options, job.problem_name)
     raw = job.options.get(ENGINE_OPTION) or {}
     pool_id = ""
+    journal = resume = None
+    if run_dir is not None:
+        earlier = ResumedRun.read(run_dir)
+        resume = earlier if (earlier.candidates or earlier.iterations) else None
+        journal = LoopJournal(run_dir)
     try:
         if raw.get("llm") == "vllm":
             notice, pool_id = await asyncio.to_thread(
                 kv_pool.attach_in_cluster, engine, backend, raw.get("kv_pool", "auto"),
                 float(raw.get("kv_pool_gib", kv_pool.DEFAULT_POOL_GIB)))
             logging.getLogger("specgen.optimize.job").info("job %s: %s", job.job_id, notice)
-        result = await run_job(spec, engine, backend, lambda event: emit(job_event(event)))
+        result = await run_job(spec, engine, backend, lambda event: emit(job_event(event)),
+                               journal=journal, resume=resume)
         if pool_id:
             result.kv_pool = await asyncio.to_thread(kv_pool.final_stats, backend, pool_id, settle_s=0.3)
     finally:
+        if journal is not None:
+            journal.close()
         await engine.close()
     return job_result(result)

@@ -1,6 +1,6 @@
 """The reasoner actor process: hosts one job's optimize loop, started by the scheduler.
 
-    python -m specgen.runtime.reasoner --scheduler ADDRESS --job-id ID
+    python -m specgen.runtime.reasoner --scheduler ADDRESS --job-id ID [--run-dir DIR]
 
 It registers as the job's reasoner, fetches the job's spec, and calls the spec's entry point
 ("module:function", sync or async):
@@ -10,9 +10,12 @@ It registers as the job's reasoner, fetches the job's spec, and calls the spec's
 `backend` is a SchedulerEvaluationBackend over this process's connection; `emit` relays progress
 events to the scheduler (journaled, forwarded to the job's subscribers). A return value that is
 not a JobResult becomes the `summary` of a "succeeded" JobResult; an exception becomes a "failed"
-one carrying the traceback's last lines. After a scheduler restart the job's reasoner starts again
-from the beginning: candidates it submits again are recognized (same job and candidate id) and
-answered from the journal instead of being evaluated twice. SIGTERM (job cancelled or timed out)
+one carrying the traceback's last lines. An entry with a `run_dir` parameter also gets the job's
+folder (`--run-dir`, under the scheduler's state directory), which outlives the reasoner: the
+optimize loop journals its progress there, so a reasoner started again after a crash or a
+scheduler restart continues at the iteration in progress. Candidates it submits again are
+recognized (same job and candidate id) and answered from the scheduler's journal instead of being
+evaluated twice. SIGTERM (job cancelled or timed out)
 cancels the loop's task, so the loop can abort its generations on the way out.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ import logging
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
@@ -61,7 +65,7 @@ def as_job_result(job_id: str, value: Any) -> JobResult:
     return JobResult(job_id=job_id, status="succeeded", summary=summary)
 
 
-async def run_entry(spec: JobSpec, client: Client) -> JobResult:
+async def run_entry(spec: JobSpec, client: Client, run_dir: Path | None = None) -> JobResult:
     backend = SchedulerEvaluationBackend(client)
 
     def emit(event: JobEvent) -> None:
@@ -69,17 +73,20 @@ async def run_entry(spec: JobSpec, client: Client) -> JobResult:
         client.report_event(event)
 
     entry = resolve_entry(spec.entry)
+    # An entry that takes `run_dir` gets the job's folder: there it journals what it must not
+    # lose, and a reasoner started again after a crash finds it.
+    extra = {"run_dir": run_dir} if run_dir is not None and "run_dir" in inspect.signature(entry).parameters else {}
     if inspect.iscoroutinefunction(entry):
-        value = await entry(spec, backend, emit)
+        value = await entry(spec, backend, emit, **extra)
     else:
-        value = await asyncio.to_thread(entry, spec, backend, emit)
+        value = await asyncio.to_thread(entry, spec, backend, emit, **extra)
     return as_job_result(spec.job_id, value)
 
 
-async def _main_async(client: Client, job_id: str) -> int:
+async def _main_async(client: Client, job_id: str, run_dir: Path | None = None) -> int:
     loop = asyncio.get_running_loop()
     spec = client.job_spec(job_id)
-    task = asyncio.ensure_future(run_entry(spec, client))
+    task = asyncio.ensure_future(run_entry(spec, client, run_dir))
     terminated = False
 
     def on_term() -> None:
@@ -112,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specgen.runtime.reasoner")
     parser.add_argument("--scheduler", required=True)
     parser.add_argument("--job-id", required=True)
+    parser.add_argument("--run-dir", type=Path, default=None, help="the job's folder (kept across reasoner restarts)")
     args = parser.parse_args(argv)
     # The job's credential and CURVE keys come from the scheduler through the secrets pipe.
     secrets = take_secrets()
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     client = Client(args.scheduler, keys=keys, settings=settings_from_env(),
                     role="reasoner", name=args.job_id)
     try:
-        return asyncio.run(_main_async(client, args.job_id))
+        return asyncio.run(_main_async(client, args.job_id, args.run_dir))
     finally:
         client.close()
 

@@ -214,7 +214,10 @@ class SchedulerActor:
             secrets["curve"] = client_keys_to_text(self.reasoner_keys)
         child = ChildProcess(
             f"reasoner-{job_id}", "specgen.runtime.reasoner",
-            ["--scheduler", self.local_address, "--job-id", job_id], env=env,
+            # The job's folder outlives its reasoners: a restarted one continues from what the
+            # last one journaled there.
+            ["--scheduler", self.local_address, "--job-id", job_id,
+             "--run-dir", str(self.state_dir / "jobs" / job_id)], env=env,
             on_exit=self._reasoner_exited, log_path=self.state_dir / "logs" / f"{job_id}.log",
             secrets=secrets,
         )

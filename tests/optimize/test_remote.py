@@ -32,3 +32,53 @@ def test_a_job_submitted_to_a_scheduler_runs_there(tmp_path: Path, capsys) -> No
 def test_local_only_flags_do_not_go_with_a_scheduler(capsys) -> None:
     assert main(["optimize", "--scheduler", "tcp://127.0.0.1:9", "--devices", "cpu", "--quiet"]) == 2
     assert "--devices cannot go with --scheduler" in capsys.readouterr().err
+
+
+def test_a_killed_reasoner_continues_from_its_journal(tmp_path: Path) -> None:
+    """SIGKILL the reasoner of a scheduler job once its first iteration is journaled: the scheduler
+    starts it again, and the new one continues from the journal in the job's folder (the completed
+    iteration stands and is not run again) instead of starting over; nothing is evaluated twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import msgspec
+
+    from specgen.messages import OptimizeResult
+    from specgen.optimize.outputs import JOURNAL_DIR, LOOP_JOURNAL, ResumedRun
+    from tests.runtime.conftest import descendants
+
+    out, state = tmp_path / "run", tmp_path / "state"
+    with LocalCluster(workers=2, state_dir=state) as cluster:
+        follower = subprocess.Popen([sys.executable, "-m", "specgen.cli", "optimize", "--scheduler", cluster.address,
+                                     "--speed", "12", "--quiet", "--out", str(out)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 240
+            journal = None
+            while time.monotonic() < deadline and follower.poll() is None:
+                found = list((state / "jobs").glob(f"*/{JOURNAL_DIR}/{LOOP_JOURNAL}"))
+                if found and b'"kind":"iteration"' in found[0].read_bytes():
+                    journal = found[0]
+                    break
+                time.sleep(0.05)
+            assert journal is not None, "the job never journaled an iteration"
+            before = ResumedRun.read(journal.parent.parent)
+            (victim,) = [p for p in descendants(cluster.scheduler.pid)
+                         if b"specgen.runtime.reasoner" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            os.kill(victim, signal.SIGKILL)
+            _, err = follower.communicate(timeout=300)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+    assert follower.returncode == 0, err.decode()
+    result = msgspec.json.decode((out / "result.json").read_bytes(), type=OptimizeResult)
+    assert result.status in ("iterations_done", "target_reached")
+    assert result.iterations[0] == before.iterations[0]          # the completed iteration stands
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert sum(e["kind"] == "iteration_started" and e.get("iteration", 0) == 0 for e in events) == 1, \
+        "the first iteration ran again"
+    evaluated = [(c.candidate_id, u.stage) for c in result.candidates for u in (c.validation, c.profile) if u]
+    assert len(evaluated) == len(set(evaluated))
