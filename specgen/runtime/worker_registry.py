@@ -78,7 +78,7 @@ class WorkerRegistry:
         # worker's kept result is still accepted while the request waits in its queue.
         self.released: collections.OrderedDict[str, tuple[str, QueuedRequest]] = collections.OrderedDict()
         self._refusals_logged: dict[str, float] = {}     # peer name -> last refused-Hello warning
-        self.idle: dict[str, dict[bytes, WorkerState]] = {p: {} for p in POOLS}   # in registration order
+        self.idle: dict[str, dict[bytes, WorkerState]] = {p: {} for p in POOLS}   # longest idle first
         self.pool_size = dict.fromkeys(POOLS, 0)
         self.workers_version = 0     # changes whenever a worker comes, goes, takes or ends work, moves
 
