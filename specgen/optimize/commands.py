@@ -4,8 +4,10 @@ With no problem and no engine it replays the bundled hand-written trace of a bun
 says so, with the fork model and timing model it used (replayed reasoning is paced by the timing
 model; forks write the latest draft before them unless `--fork-model` says otherwise); the kernels in the trace are validated and profiled for real, on the local GPUs if there
 are any, else on CPU workers (Triton under its interpreter, timings labelled CPU timings).
-Evaluation runs through the actor runtime (a local scheduler and node with its workers) unless
-`--evaluation inprocess` asks for the single-process backend.
+The command is a client of the actor runtime: it starts a local scheduler and node with its
+workers, submits the job there (a reasoner process runs the loop and its engine) and follows it into
+the run's outputs; `--scheduler ADDR` submits to a running `specgen serve` instead, and
+`--evaluation inprocess` runs the loop here with the single-process evaluation backend.
 """
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="fixed validation/profiling pools instead of elastic ones")
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--evaluation", choices=("runtime", "inprocess"), default="runtime",
-                            help="through a local scheduler and node (default) or in this process")
+                            help="the job in a reasoner of a local scheduler and node, its candidates on their "
+                                 "workers (default), or the loop and evaluation in this process")
     evaluation.add_argument("--devices", default=None,
                             help="comma-separated cpu / cuda:N workers (default: every GPU, else "
                                  "one CPU worker per core, at most 4)")
@@ -434,9 +437,11 @@ def run_optimize(args: argparse.Namespace) -> int:
                                  f"nodes decide where evaluations run")
     # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
     kv_plan = _kv_plan(plan, args, devices)
-    # A job sent to a scheduler makes its engine in its reasoner there; only a replayed trace is
-    # opened here too, for its number of iterations.
-    engine = None if args.scheduler and plan.llm != "replay" else _make_engine(plan, args)
+    # The job runs in a reasoner (of the embedded cluster, or of --scheduler's) unless evaluation is
+    # in this process; a reasoner makes its own engine, and only a replayed trace is opened here
+    # too, for its number of iterations.
+    in_reasoner = bool(args.scheduler) or args.evaluation != "inprocess"
+    engine = None if in_reasoner and plan.llm != "replay" else _make_engine(plan, args)
     spec = resumed_spec if resumed_spec is not None else _spec(plan, args, engine)
     check_spec(spec)
 
@@ -446,14 +451,18 @@ def run_optimize(args: argparse.Namespace) -> int:
         if args.force:
             clear_run_files(out_dir)   # one folder, one run: nothing of the earlier one stays
         write_run_settings(out_dir, _saved_options(args), spec)
-    writer = RunWriter(out_dir, append=bool(args.resume))
+    # A job in a reasoner replays its whole event stream to its follower: the file starts afresh.
+    writer = RunWriter(out_dir, append=bool(args.resume) and not in_reasoner)
     display = None if args.quiet else ProgressDisplay(sys.stderr)
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
     if plan.notice:
         say(plan.notice)
     resume = None
     if args.resume:
-        resume = ResumedRun.read(out_dir)
+        # The embedded cluster's reasoner journals the loop in the job's folder of the run's
+        # scheduler state; the in-process loop journals in the run's own folder.
+        resume = ResumedRun.read(out_dir / JOURNAL_DIR / SCHEDULER_STATE / "jobs" / spec.job_id
+                                 if in_reasoner else out_dir)
         say(f"Resuming {spec.job_id} in {out_dir}: {len(resume.iterations)} iteration(s) done, "
             f"{len(resume.candidates)} candidate(s) and {len(resume.updates)} verdict(s) "
             f"journaled; iteration {len(resume.iterations) + 1} runs again from its start, "
@@ -483,6 +492,28 @@ def run_optimize(args: argparse.Namespace) -> int:
     on_cpu = all(d == "cpu" for d in devices)
     say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
         + (" (CPU: Triton runs under its interpreter; timings are CPU timings)" if on_cpu else ""))
+    if in_reasoner:
+        journal.close()   # the job's reasoner journals the loop in the cluster's state
+
+        async def in_cluster() -> OptimizeResult:
+            async with local_cluster(devices, elastic=Mechanisms.of(spec).elastic_pools,
+                                     eval_options=eval_options, runtime_settings=args.runtime_settings or [],
+                                     kv_control=kv_plan.on, state_dir=out_dir / JOURNAL_DIR / SCHEDULER_STATE,
+                                     ) as cluster:
+                live = None
+                if kv_plan.on and display is not None:
+                    from specgen.optimize.kv_pool import LiveKvStats
+
+                    live = display.kv_pool = LiveKvStats(cluster, None)
+                try:
+                    return await asyncio.to_thread(_follow, cluster.client, args, plan, spec, emit, say,
+                                                   existing=bool(args.resume))
+                finally:
+                    if live is not None:
+                        display.kv_pool = None
+                        live.close()
+
+        return finish(lambda: asyncio.run(in_cluster()))
 
     async def main() -> OptimizeResult:
         elastic = Mechanisms.of(spec).elastic_pools
@@ -545,31 +576,47 @@ def _submit(args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
     """Run the job on a running `specgen serve` (its reasoner and evaluations run in the cluster)
     and follow it: a Ctrl-C here cancels the job; a crash of this process leaves it running
     there, and its events and result stay in the scheduler's journal."""
+    from specgen.runtime.client import Client
+
+    with Client(args.scheduler, keys=args.keys) as client:
+        return _follow(client, args, plan, spec, emit, say, where=f"the scheduler at {args.scheduler}")
+
+
+def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
+            emit: Callable[[Any], None], say: Callable[[str], None], *, existing: bool = False,
+            where: str = "") -> OptimizeResult:
+    """Submit the job to `client`'s scheduler (or, `existing`, follow the one it already runs: a
+    resumed run) and turn its events and result into the loop's, for the run's outputs."""
     import msgspec
 
     from specgen.messages import JobSpec
-    from specgen.optimize.job import ENGINE_OPTION, ENTRY, SCHEDULER_EVENTS, optimize_event, optimize_result
-    from specgen.runtime.client import Client
+    from specgen.optimize.job import (
+        ENGINE_OPTION, ENTRY, NOTICE_EVENT, SCHEDULER_EVENTS, optimize_event, optimize_result,
+    )
 
-    options = msgspec.to_builtins(spec)
-    for key in ("job_id", "problem_name", "problem_source"):
-        options.pop(key, None)
-    options[ENGINE_OPTION] = _engine_options(plan, args)
-    job_spec = JobSpec(job_id=spec.job_id, problem_name=spec.problem_name,
-                       problem_source=spec.problem_source, entry=ENTRY, options=options)
-    with Client(args.scheduler, keys=args.keys) as client:
-        job = client.submit(job_spec)
-        say(f"Submitted job {spec.job_id} to the scheduler at {args.scheduler}.")
-        try:
-            for event in job.events():
-                if event.kind == "reasoner_started":
-                    say(f"  reasoner started (attempt {event.data.get('attempt')})")
-                elif event.kind not in SCHEDULER_EVENTS:
-                    emit(optimize_event(event))
-            return optimize_result(job.result())
-        except KeyboardInterrupt:
-            job.cancel()
-            raise
+    if existing:
+        job = client.job(spec.job_id)
+    else:
+        options = msgspec.to_builtins(spec)
+        for key in ("job_id", "problem_name", "problem_source"):
+            options.pop(key, None)
+        options[ENGINE_OPTION] = _engine_options(plan, args)
+        job = client.submit(JobSpec(job_id=spec.job_id, problem_name=spec.problem_name,
+                                    problem_source=spec.problem_source, entry=ENTRY, options=options))
+        if where:
+            say(f"Submitted job {spec.job_id} to {where}.")
+    try:
+        for event in job.events():
+            if event.kind == "reasoner_started" and where:
+                say(f"  reasoner started (attempt {event.data.get('attempt')})")
+            elif event.kind == NOTICE_EVENT:
+                say(str(event.data.get("text", "")))
+            elif event.kind not in SCHEDULER_EVENTS:
+                emit(optimize_event(event))
+        return optimize_result(job.result())
+    except KeyboardInterrupt:
+        job.cancel()
+        raise
 
 
 def _summary(result: OptimizeResult, written: dict[str, Path],

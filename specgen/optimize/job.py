@@ -35,6 +35,8 @@ ENGINE_OPTION = "engine"
 ENTRY = "specgen.optimize.job:run_scheduled_job"
 # Events the scheduler itself adds to a job's stream (the rest are the loop's OptimizeEvents).
 SCHEDULER_EVENTS = ("created", "reasoner_started", "resumed", "verdict", "finished")
+# A line for the run's notice from the job's reasoner (where its KV pool went), not a loop event.
+NOTICE_EVENT = "notice"
 
 # How an optimize job's end reads to the scheduler.
 _RUNTIME_STATUS = {
@@ -158,6 +160,7 @@ async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
     process: where `options["engine"]["kv_pool"]` (default auto) puts it on this machine."""
     import asyncio
     import logging
+    import time
 
     from specgen.optimize import kv_pool
     from specgen.optimize.loop import run_job
@@ -178,6 +181,7 @@ async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
                 kv_pool.attach_in_cluster, engine, backend, raw.get("kv_pool", "auto"),
                 float(raw.get("kv_pool_gib", kv_pool.DEFAULT_POOL_GIB)))
             logging.getLogger("specgen.optimize.job").info("job %s: %s", job.job_id, notice)
+            emit(JobEvent(job_id=job.job_id, kind=NOTICE_EVENT, t=time.time(), data={"text": notice}))
         result = await run_job(spec, engine, backend, lambda event: emit(job_event(event)),
                                journal=journal, resume=resume)
         if pool_id:

@@ -60,17 +60,22 @@ def attach_in_cluster(engine: object, backend: object, choice: str = "auto",
     return attach(engine, plan_kv_pool(choice, devices, pool_gib=pool_gib), stats.kv_control_endpoint or None)
 
 
-def final_stats(backend: object, pool_id: str, *, settle_s: float = 0.0, timeout_s: float = 3.0):
+def final_stats(backend: object, pool_id: str | None, *, settle_s: float = 0.0, timeout_s: float = 3.0):
     """The pool's latest KvPoolStats as the scheduler holds them (None if it never reported).
 
-    With `settle_s`, wait (at most `timeout_s`) until they have not changed for that long: at a
-    job's end the pool's last report may still be on its way to the scheduler."""
+    `backend` is anything with the scheduler's `client`; `pool_id` None means the one pool the
+    scheduler knows (an embedded cluster's job: its reasoner named the pool). With `settle_s`, wait
+    (at most `timeout_s`) until they have not changed for that long: at a job's end the pool's last
+    report may still be on its way to the scheduler."""
     client = getattr(backend, "client", None)
-    if not pool_id or client is None:
+    if pool_id == "" or client is None:
         return None
 
     def read():
-        for view in client.stats().kv_pools:
+        views = client.stats().kv_pools
+        if pool_id is None:
+            return views[0].stats if len(views) == 1 else None
+        for view in views:
             if view.pool == pool_id:
                 return view.stats
         return None
@@ -92,7 +97,7 @@ class LiveKvStats:
     asks the scheduler every `interval_s` (the display redraws ten times a second; the scheduler's
     figures change about once a second, as often as the pool reports)."""
 
-    def __init__(self, backend: object, pool_id: str, interval_s: float = 1.0) -> None:
+    def __init__(self, backend: object, pool_id: str | None, interval_s: float = 1.0) -> None:
         import threading
 
         self._backend, self._pool_id, self._interval_s = backend, pool_id, interval_s

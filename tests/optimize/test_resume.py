@@ -12,14 +12,20 @@ from pathlib import Path
 import msgspec
 
 from specgen.messages import OptimizeResult
-from specgen.optimize.outputs import JOURNAL_DIR, LOOP_JOURNAL, ResumedRun
+from specgen.optimize.outputs import JOURNAL_DIR, LOOP_JOURNAL, SCHEDULER_STATE, ResumedRun
 
 COMMAND = [sys.executable, "-m", "specgen.cli", "optimize", "--speed", "12", "--trials", "2",
            "--timing-trials", "5", "--devices", "cpu,cpu", "--quiet"]
 
 
+def _job_dir(out: Path) -> Path:
+    """The job's folder in the run's scheduler state, where its reasoner journals the loop."""
+    found = sorted((out / JOURNAL_DIR / SCHEDULER_STATE / "jobs").glob("*"))
+    return found[0] if found else out / "no-job-yet"
+
+
 def _journal_lines(out: Path) -> list[bytes]:
-    path = out / JOURNAL_DIR / LOOP_JOURNAL
+    path = _job_dir(out) / JOURNAL_DIR / LOOP_JOURNAL
     return path.read_bytes().splitlines() if path.exists() else []
 
 
@@ -67,7 +73,7 @@ def test_a_killed_run_resumes_losing_nothing_and_evaluating_nothing_twice(tmp_pa
     out = tmp_path / "run"
     _kill_mid_job(out, tmp_path / "first.log")
     assert not (out / "result.json").exists()
-    before = ResumedRun.read(out)
+    before = ResumedRun.read(_job_dir(out))
     assert len(before.iterations) == 1 and before.updates
 
     resumed = subprocess.run(COMMAND[:4] + ["--resume", str(out)], capture_output=True, text=True,
@@ -90,7 +96,7 @@ def test_a_killed_run_resumes_losing_nothing_and_evaluating_nothing_twice(tmp_pa
     # Nothing evaluated twice: one candidate id per program, one verdict per candidate and stage.
     evaluated = [c for c in result.candidates if c.duplicate_of is None]
     assert len({c.fingerprint for c in evaluated}) == len(evaluated)
-    after = ResumedRun.read(out)
+    after = ResumedRun.read(_job_dir(out))
     keys = [(u.candidate_id, u.stage) for u in after.updates]
     assert len(keys) == len(set(keys))
     assert set(after.candidates) == set(by_id)
