@@ -244,6 +244,9 @@ class OptimizeSpec(msgspec.Struct, kw_only=True):
     seed: int | None = None
     best_of_n: int = 4                      # reasoning streams per iteration in "best-of-n"
     verdict_timeout_s: float = 900.0        # longest wait for one candidate's verdict
+    # After the last iteration, also wait for speculative (fork, inline) candidates still owed a
+    # verdict instead of cancelling them: they may hold a better kernel, at the cost of their queue.
+    drain_speculative: bool = False
     # Speculation mechanisms, used in "specgen" mode; each can be switched off alone (ablations).
     forking: bool = True                    # fork non-reasoning generations at trigger points
     early_termination: bool = True          # abort generation as soon as the criterion is met

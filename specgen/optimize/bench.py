@@ -56,6 +56,7 @@ class BenchConfig:
     time_budget_s: float | None = None       # per job, wall seconds
     target_speedup: float | None = None
     best_of_n: int = 4
+    drain_speculative: bool = False          # the jobs wait for speculative verdicts at their end
     eval_options: dict[str, Any] = field(default_factory=dict)
     runtime_settings: list[str] = field(default_factory=list)
     live_engine: Any = None                  # for fork model "model"
@@ -171,7 +172,8 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
         job_id=f"bench-{config.label or 'run'}-{batch}-{problem.name}-{mode}",
         problem_name=problem.name, problem_source=problem.source, mode=mode,
         max_iterations=len(problem.trace.iterations), time_budget_s=config.time_budget_s,
-        target_speedup=config.target_speedup, best_of_n=config.best_of_n)
+        target_speedup=config.target_speedup, best_of_n=config.best_of_n,
+        drain_speculative=config.drain_speculative)
     result = await run_job(spec, engine, backend)
     return BenchJobRecord(mode=mode, problem=problem.name, batch=batch, result=result,
                      intervals=_intervals(result), forks_written=engine.forks_written,
@@ -273,6 +275,7 @@ def _describe(config: BenchConfig) -> dict[str, Any]:
             "prefix_cache": config.prefix_cache, "kv_pool": config.kv_pool,
             "time_budget_s": config.time_budget_s,
             "target_speedup": config.target_speedup, "best_of_n": config.best_of_n,
+            "drain_speculative": config.drain_speculative,
             "prebuilt": config.prebuild and config.cache_dir is not None,
             "eval_timeout_s": config.eval_options.get("timeout_s", _default_timeout_s()),
             "problems": [{"name": p.name, "turns": len(p.trace.iterations),

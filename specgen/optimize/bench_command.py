@@ -134,6 +134,8 @@ def bench_main(args: argparse.Namespace) -> int:
         for model in ("draft", "named") + (("model",) if args.llm else ()):
             if model != base.fork_model:
                 variants.append((f"fork model {model}", replace(base, fork_model=model, label=model)))
+        # What cancelling the speculative candidates still owed at a job's end buys and costs.
+        variants.append(("speculative tail drained", replace(base, drain_speculative=True, label="drain")))
         variants.append(("decode x0.5", replace(base, timing=timing.scaled(0.5), label="slow")))
         variants.append(("decode x2", replace(base, timing=timing.scaled(2.0), label="fast")))
         if args.generate:

@@ -226,8 +226,12 @@ class OptimizeJob:
             if self.target_reason is not None:
                 self._stop_job("target_reached", self.target_reason)
                 return
-        # Verdicts still owed (pipeline's last candidates, or speculative ones) may hold the best.
-        await self._wait_for_verdicts(list(self.candidates), self.job_stop)
+        # Verdicts still owed for answers (pipeline's last ones) may hold the best kernel; so may
+        # speculative candidates', but waiting for them holds the job's end behind their queue, so
+        # they are cancelled with the job unless the spec asks to drain them.
+        owed = list(self.candidates) if self.spec.drain_speculative else self._answer_ids(
+            [c for c in self.candidates.values() if c.origin == "final"])
+        await self._wait_for_verdicts(owed, self.job_stop)
         if self.target_reason is not None:
             self._stop_job("target_reached", self.target_reason)
         else:
@@ -284,17 +288,19 @@ class OptimizeJob:
             state, self._reason(state, request_id, speculate, seed=self.spec.seed))
         if outcome is None:
             return
-        self._submit_final(state, request_id, outcome)
+        final = self._submit_final(state, request_id, outcome)
         if not wait_for_feedback:
             state.stop_reason = "reasoning finished; next iteration without waiting for verdicts"
             return
-        # Forks still writing may yet give candidates; then every candidate of the iteration
-        # needs its verdict before the next prompt is written.
         if state.fork_tasks:
-            await self._until_stopped(state, asyncio.gather(*state.fork_tasks,
-                                                            return_exceptions=True))
+            # A fork still writing was started from a prefix of the reasoning that has now written
+            # its own answer: it can no longer give a candidate earlier than that answer.
+            await self._abort_iteration(state)
+        # The next prompt waits for the answer's verdict, as the sequential loop does; verdicts of
+        # the speculative candidates still owed reach later prompts and the termination check as
+        # they come, so speculation never makes an iteration wait for more than its answer.
         if not state.stop.is_set():
-            await self._wait_for_verdicts(state.candidate_ids, state.stop)
+            await self._wait_for_verdicts(self._answer_ids([final]), state.stop)
 
     async def _run_best_of_n(self, state: _IterationState) -> None:
         """n independent reasoning streams; each one's answer is evaluated when it ends."""
@@ -396,11 +402,17 @@ class OptimizeJob:
         return _ReasoningOutcome(text, ids, finish_reason, answer_start)
 
     def _submit_final(self, state: _IterationState, request_id: str,
-                      outcome: _ReasoningOutcome) -> None:
+                      outcome: _ReasoningOutcome) -> CandidateRecord | None:
         answer = outcome.text if outcome.answer_start is None else outcome.text[outcome.answer_start:]
         source = extract_candidate(answer)
-        if source is not None:
-            self._new_candidate(state, source, "final", request_id, len(outcome.ids))
+        if source is None:
+            return None
+        return self._new_candidate(state, source, "final", request_id, len(outcome.ids))
+
+    def _answer_ids(self, answers: list[CandidateRecord | None]) -> list[str]:
+        """The candidates whose verdicts stand for these answers: an answer that repeats an earlier
+        program (a fork or a draft wrote it first) is judged by that program's evaluation."""
+        return [a.duplicate_of or a.candidate_id for a in answers if a is not None]
 
     def _load(self) -> BackendLoad:
         load = self.backend.load()

@@ -1,11 +1,13 @@
 """Which queued request a free worker runs next: a configurable rule and a heap per pool.
 
 The rule is an ordered list of criteria (setting `priority_rule`), most significant first. The
-default, ["deadline", "stage", "oldest"], reads: the earliest deadline first (a candidate's
-deadline, else its job's; none sorts last), so jobs closer to their end are served first; at equal
-deadlines (e.g. within one job) profiling of an already validated candidate before a fresh
-validation, because profiling feedback is what the optimize loop waits for and a validated
-candidate is one step from it; then the oldest extraction first. Putting "own_pool" first instead
+default, ["deadline", "final_first", "stage", "oldest"], reads: the earliest deadline first (a
+candidate's deadline, else its job's; none sorts last), so jobs closer to their end are served
+first; at equal deadlines (e.g. within one job) an iteration's answer before speculative (fork and
+inline) candidates, because the answer's verdict is what the loop's next prompt waits for while a
+speculative candidate's verdict only may end the iteration early; then profiling of an already
+validated candidate before a fresh validation, because profiling feedback is what the optimize
+loop waits for and a validated candidate is one step from it; then the oldest extraction first. Putting "own_pool" first instead
 makes every worker finish its own pool's queue before it helps the other pool.
 
 Where the rule applies: each pool has its own queue ordered by the rule; an idle worker compares

@@ -47,7 +47,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     initial_service_s: float = 1.0          # service-time estimate before one is measured
     # priority: criteria for picking the next request, most significant first
     priority_rule: list[str] = msgspec.field(
-        default_factory=lambda: ["deadline", "stage", "oldest"])
+        default_factory=lambda: ["deadline", "final_first", "stage", "oldest"])
     # jobs
     default_job_entry: str = "specgen.optimize.job:run_scheduled_job"   # the optimize loop
     # The only "module:function"s a job may run in its reasoner: any client can create jobs, and

@@ -118,6 +118,10 @@ class SimJob:
         self.fingerprints: set[str] = set()
         self.candidates: dict[str, dict[str, Any]] = {}    # id -> {order, iteration, source, verdicts}
         self.open: dict[int, set[str]] = {}                 # iteration -> candidates without a final verdict
+        # iteration -> the open candidates that stand for its answers (an answer repeating an
+        # earlier program waits for that program's verdict), as OptimizeJob._answer_ids does
+        self.answers: dict[int, set[str]] = {}
+        self.by_fp: dict[str, str] = {}                     # program -> its candidate
         self.best: float | None = None
         self.forks_in_flight = 0
         self.forks_iteration = 0
@@ -141,6 +145,7 @@ class SimJob:
             scripts = [sim.bank.draw(self.plan.problem, self.mech.forking, sim.rng) for _ in range(n)]
         self.streams = [Stream(s) for s in scripts]
         self.open.setdefault(self.iteration, set())
+        self.answers.setdefault(self.iteration, set())
         self.forks_iteration, self.last_fork_token = 0, 0
         for stream in self.streams:
             self.engine.running += 1
@@ -179,19 +184,22 @@ class SimJob:
                 return
             if stream.script.final_source:
                 self.submit(stream.script.final_source, "final")
+            if self.mech.forking:
+                self.abort_forks()      # forks of a reasoning that has answered (OptimizeJob._run_single)
             self.maybe_next()
         stream.timer = self.sim.clock.call_later(dt, answered)
 
     def maybe_next(self) -> None:
         """Start the next iteration when this one's streams are answered and (except in
-        pipeline mode) its candidates have their verdicts."""
+        pipeline mode) its answers have their verdicts; end the job after the last iteration
+        once every answer has its verdict (speculative candidates still owed are cancelled)."""
         if self.finished is not None or not all(s.answered for s in self.streams):
             return
         last = self.iteration + 1 >= self.sim.cfg.turns
-        if self.plan.mode != "pipeline" and self.open.get(self.iteration):
+        if self.plan.mode != "pipeline" and self.answers.get(self.iteration):
             return
-        if last and any(self.open.values()):
-            return      # a job ends with its last verdicts in, pipelined or not
+        if last and any(self.answers.values()):
+            return      # a job ends with its answers' verdicts in, pipelined or not
         if self.forks_in_flight:
             return
         self.start_iteration()
@@ -203,6 +211,9 @@ class SimJob:
             if not s.answered:
                 self.engine.running -= 1
             s.done = s.answered = True
+        self.abort_forks()
+
+    def abort_forks(self) -> None:
         for t in self.fork_timers:
             t.cancel()
         self.engine.running -= self.forks_in_flight
@@ -248,9 +259,15 @@ class SimJob:
         fp = program_key(source)
         if fp in self.fingerprints:
             self.sim.counts["duplicates"] += 1
+            earlier = self.by_fp[fp]
+            if origin == "final" and earlier in self.open.get(self.candidates[earlier]["iteration"], ()):
+                self.answers[self.iteration].add(earlier)
             return False
         self.fingerprints.add(fp)
         cid = f"c{len(self.candidates)}"
+        self.by_fp[fp] = cid
+        if origin == "final":
+            self.answers[self.iteration].add(cid)
         self.candidates[cid] = {"order": len(self.candidates), "iteration": self.iteration,
                                 "source": source, "fp": fp, "origin": origin,
                                 "extracted": self.sim.clock.now()}
@@ -292,10 +309,13 @@ class SimJob:
                         self.open[c["iteration"]].discard(upd.candidate_id)
                         self.abort_iteration()
                         self.open[self.iteration] = set()
+                        self.answers[self.iteration] = set()
                         self.start_iteration()
                         return
         if final:
             self.open.get(c["iteration"], set()).discard(upd.candidate_id)
+            for waiting in self.answers.values():
+                waiting.discard(upd.candidate_id)
             self.maybe_next()
 
     def finish(self, status: str) -> None:

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from specgen.engines.trace import TraceBuilder
-from specgen.messages import OptimizeSpec, TriggerSettings
+from specgen.backend import BackendLoad
+from specgen.messages import CandidateSubmission, CandidateUpdate, OptimizeSpec, TriggerSettings, Verdict
 from specgen.optimize.bundled import bundled_problem, bundled_trace
 from specgen.optimize.fork_prompt import FORK_INSTRUCTION
 from specgen.optimize.loop import OptimizeJob, run_job
@@ -113,6 +114,98 @@ def small_trace(iterations: int, *, reasoning_words: int = 300) -> TraceBuilder:
             final_text="```python\n" + TORCH_KERNEL + "```\n",
             suffix_text="\n</think>" + FORK_INSTRUCTION)
     return builder
+
+
+class HeldBackend:
+    """An evaluation backend that answers each candidate when the test says: answers (origin
+    "final") at once, correct at 1.0x; speculative candidates `speculative_delay_s` after they
+    came (never when None). It checks the loop's waits, not the evaluation: the real service is
+    tested with the loop everywhere else in this file."""
+
+    def __init__(self, speculative_delay_s: float | None) -> None:
+        self.speculative_delay_s = speculative_delay_s
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.cancelled: list[str] = []
+
+    async def submit(self, candidate: CandidateSubmission) -> None:
+        delay = 0.0 if candidate.origin == "final" else self.speculative_delay_s
+        if delay is not None:
+            asyncio.get_running_loop().call_later(delay, self._answer, candidate)
+
+    def _answer(self, candidate: CandidateSubmission) -> None:
+        now = time.time()
+        for stage, speedup in (("validate", None), ("profile", 1.0)):
+            self.queue.put_nowait(CandidateUpdate(
+                job_id=candidate.job_id, candidate_id=candidate.candidate_id, stage=stage,
+                verdict=Verdict(compiled=True, correct=True, speedup=speedup), started_at=now,
+                finished_at=now))
+
+    async def updates(self):
+        while True:
+            yield await self.queue.get()
+
+    async def cancel_job(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+    def load(self) -> BackendLoad:
+        return BackendLoad(validation_workers=1, profiling_workers=1)
+
+
+SLOW_KERNEL = (PROBLEMS / "candidates" / "slow" / "fused_elementwise_slow.py").read_text()
+
+
+def forking_trace(fork_program: str, iterations: int = 2) -> IterationReplayEngine:
+    """Each iteration forks once near its start (the fork writes `fork_program`) and answers with
+    the plain-PyTorch kernel; long enough that the fork ends well before the answer."""
+    builder = TraceBuilder(token_rate=400, problem=FUSED, ttft_s=0.05, fork_ttft_s=0.02)
+    body = "\n\n".join(" ".join(["we check the bias broadcast and the erf form"] * 6) for _ in range(25))
+    for _ in range(iterations):
+        builder.add_iteration("Let me write the plain version first.\n\n" + body,
+                              forks={"Let me write": fork_program + "```\n"},
+                              final_text="```python\n" + TORCH_KERNEL + "```\n",
+                              suffix_text="\n</think>" + FORK_INSTRUCTION)
+    return IterationReplayEngine(builder.build(), speed=1)
+
+
+def forking_spec(**kw) -> OptimizeSpec:
+    return fused_spec("specgen", **{"max_iterations": 2, **kw}, load_aware=False,
+                      triggers=TriggerSettings(structure_boundaries=False, cues=["let me write"],
+                                               min_gap_tokens=0, max_forks_in_flight=0))
+
+
+def test_specgen_waits_for_its_answer_not_for_its_speculation() -> None:
+    """The next prompt waits for the answer's verdict only, and the job's end cancels the
+    speculative candidates still owed instead of waiting for them."""
+    backend = HeldBackend(speculative_delay_s=None)        # forks are never answered
+    result = run(asyncio.wait_for(run_job(forking_spec(), forking_trace(SLOW_KERNEL), backend), 60))
+    assert result.status == "iterations_done"
+    forks = [c for c in result.candidates if c.origin == "fork" and c.duplicate_of is None]
+    finals = [c for c in result.candidates if c.origin == "final"]
+    assert len(forks) == 1 and forks[0].status == "cancelled"    # iteration 1's fork repeats it
+    assert [c.status for c in finals] == ["correct", "duplicate"]
+    assert result.iterations[1].started_at >= finals[0].feedback_at
+    assert backend.cancelled == [result.job_id]
+
+
+def test_drain_speculative_waits_for_the_speculative_verdicts() -> None:
+    engine = forking_trace(SLOW_KERNEL, iterations=1)
+    # The fork's verdict comes a second after the answer's.
+    backend = HeldBackend(speculative_delay_s=engine.trace.iterations[0].final.duration_s + 1.0)
+    spec = forking_spec(drain_speculative=True, max_iterations=1)
+    result = run(asyncio.wait_for(run_job(spec, engine, backend), 60))
+    fork, answer = result.candidates
+    assert fork.origin == "fork" and answer.origin == "final"
+    assert fork.status == "correct" and answer.feedback_at < fork.feedback_at <= result.finished_at
+
+
+def test_an_answer_a_fork_wrote_first_waits_for_that_forks_verdict() -> None:
+    engine = forking_trace(TORCH_KERNEL)
+    backend = HeldBackend(speculative_delay_s=engine.trace.iterations[0].final.duration_s + 1.0)
+    result = run(asyncio.wait_for(run_job(forking_spec(), engine, backend), 60))
+    fork, answer = result.candidates[0], result.candidates[1]
+    assert fork.origin == "fork" and answer.origin == "final" and answer.duplicate_of == fork.candidate_id
+    assert fork.status == "correct"
+    assert result.iterations[1].started_at >= fork.feedback_at
 
 
 def test_token_budget_is_enforced(eval_workers) -> None:

@@ -39,6 +39,17 @@ def test_newest_iteration_and_final_first() -> None:
     assert drain(q) == [2, 3, 1, 4]
 
 
+def test_the_default_rule_serves_a_jobs_answer_before_its_speculation() -> None:
+    from specgen.runtime.settings import RuntimeSettings
+
+    q = RequestQueue(PriorityRule(RuntimeSettings().priority_rule))
+    # Forks and an inline draft queued first (one already validated), then the iteration's answer.
+    for r in (req(1, origin="fork", extracted=1), req(2, stage="profile", origin="inline", extracted=2),
+              req(3, origin="fork", extracted=3), req(4, origin="final", extracted=4)):
+        q.push(r)
+    assert drain(q) == [4, 2, 1, 3]
+
+
 def test_own_pool_orders_between_queues_only() -> None:
     rule = PriorityRule(["own_pool", "stage", "oldest"])
     validation, profiling = req(1, stage="validate"), req(2, stage="profile")
