@@ -59,6 +59,8 @@ PYBIND11_MODULE(_kv_transfer, m) {
   m.def("device_alloc", &cuda_ops::device_alloc);
   // cudaFree waits for the device's work in flight: let the process's other threads run meanwhile.
   m.def("device_free", &cuda_ops::device_free, py::call_guard<py::gil_scoped_release>());
+  // A shrink frees its segments together: one hand-over of the interpreter instead of one per segment.
+  m.def("device_free_many", &cuda_ops::device_free_many, py::call_guard<py::gil_scoped_release>());
   m.def("device_memset", &cuda_ops::device_memset);
   m.def("enable_peer_access", &cuda_ops::enable_peer_access);
   m.def("can_access_peer", &cuda_ops::can_access_peer);
@@ -82,6 +84,15 @@ PYBIND11_MODULE(_kv_transfer, m) {
   py::class_<CopyEvent, std::shared_ptr<CopyEvent>>(m, "CopyEvent", py::module_local())
       .def("done", &CopyEvent::done)
       .def("wait", &CopyEvent::wait, py::arg("timeout_s") = -1.0, py::call_guard<py::gil_scoped_release>());
+  // Waits for every event with the interpreter released once (a shrink waiting for the loads that pin
+  // its blocks would otherwise take the interpreter back after each one, behind the loading thread).
+  m.def(
+      "wait_events",
+      [](const std::vector<std::shared_ptr<CopyEvent>>& events, double timeout_s) {
+        py::gil_scoped_release release;
+        for (const auto& event : events) event->wait(timeout_s);
+      },
+      py::arg("events"), py::arg("timeout_s") = -1.0);
 
   py::class_<cuda_ops::KernelConfig>(m, "KernelConfig", py::module_local())
       .def_readwrite("warps_per_cta", &cuda_ops::KernelConfig::warps_per_cta)

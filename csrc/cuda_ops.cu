@@ -110,6 +110,12 @@ void device_free(int device, uint64_t ptr) {
   CUDA_CHECK(cudaFree(reinterpret_cast<void*>(ptr)));
 }
 
+void device_free_many(int device, const std::vector<uint64_t>& ptrs) {
+  check_device(device);
+  DeviceGuard guard(device);
+  for (uint64_t ptr : ptrs) CUDA_CHECK(cudaFree(reinterpret_cast<void*>(ptr)));
+}
+
 void device_memset(int device, uint64_t ptr, int value, int64_t bytes) {
   check_device(device);
   DeviceGuard guard(device);

@@ -28,6 +28,8 @@ std::pair<int64_t, int64_t> mem_get_info(int device);  // (free, total) bytes
 
 uint64_t device_alloc(int device, int64_t bytes);
 void device_free(int device, uint64_t ptr);
+// Frees several allocations of one device in one call (each cudaFree synchronizes the device).
+void device_free_many(int device, const std::vector<uint64_t>& ptrs);
 void device_memset(int device, uint64_t ptr, int value, int64_t bytes);
 
 // Lets `device` read and write `peer`'s memory directly; false when the hardware cannot.

@@ -26,6 +26,7 @@ int multiprocessor_count(int) { NO_CUDA("multiprocessor_count"); }
 std::pair<int64_t, int64_t> mem_get_info(int) { NO_CUDA("mem_get_info"); }
 uint64_t device_alloc(int, int64_t) { NO_CUDA("device_alloc"); }
 void device_free(int, uint64_t) { NO_CUDA("device_free"); }
+void device_free_many(int, const std::vector<uint64_t>&) { NO_CUDA("device_free_many"); }
 void device_memset(int, uint64_t, int, int64_t) { NO_CUDA("device_memset"); }
 bool enable_peer_access(int, int) { NO_CUDA("enable_peer_access"); }
 bool can_access_peer(int, int) { NO_CUDA("can_access_peer"); }

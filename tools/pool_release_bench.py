@@ -58,6 +58,14 @@ def check_cuda(device: int) -> None:
         raise SystemExit(f"--device cuda:{device}: the extension sees {count} CUDA device(s)")
 
 
+# Where a round's time went: before the pool's give-back began, its phases, after it ended.
+PHASES = ("before_ms", "retire_ms", "wait_ms", "free_ms", "after_ms")
+
+
+def phase(row: dict, name: str) -> float:
+    return float(row[name]) if name in row else float(row["phases"].get(name, 0.0))
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
@@ -75,8 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--load-batch", type=int, default=16, help="blocks per load in flight (default 16)")
     ap.add_argument("--loads-in-flight", type=int, default=4, help="loads kept in flight on CUDA (default 4)")
+    ap.add_argument("--switch-interval-us", type=float, default=None,
+                    help="the interpreter's thread switch interval for the whole run (default: Python's, 5,000 us; "
+                         "a give-back lowers it only while it runs)")
     ap.add_argument("--out", help="write the figures as JSON here")
     args = ap.parse_args(argv)
+    if args.switch_interval_us is not None:
+        sys.setswitchinterval(args.switch_interval_us * 1e-6)
 
     device = parse_device(args.device)
     if device != HOST:
@@ -210,7 +223,14 @@ def main(argv: list[str] | None = None) -> int:
                          "freed_bytes": before.capacity_bytes - after.capacity_bytes,
                          "blocks_before": before.used_blocks, "target_bytes": requests[-1][1].target_bytes,
                          "load_blocks": loads["blocks"] - loads_before["blocks"],
-                         "load_missed": loads["missed"] - loads_before["missed"]})
+                         "load_missed": loads["missed"] - loads_before["missed"],
+                         # Where the pool's give-back went (RemoteKvPool.last_release); the rest of
+                         # release_ms is the control channel and the agent's thread.
+                         "phases": dict(pool.last_release),
+                         # Before the pool's give-back began: the steward, the control channel and
+                         # the agent's thread; after it ended: the agent's stats report.
+                         "before_ms": (pool.last_release.get("began", t0) - t0) * 1e3,
+                         "after_ms": (t1 - pool.last_release.get("ended", t1)) * 1e3})
             # The device idles again: the steward grows the pool back (regrow_idle_s=0 here).
             now += 1.0
             steward.on_stats(identity, after, now)
@@ -233,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"p50_ms": percentile(times, 50), "p95_ms": percentile(times, 95), "p99_ms": percentile(times, 99),
                "max_ms": max(times), "mean_freed_mib": float(np.mean([r["freed_bytes"] for r in rows])) / MIB,
                "loaded_blocks": sum(r["load_blocks"] for r in rows),
-               "missed_blocks": sum(r["load_missed"] for r in rows)}
+               "missed_blocks": sum(r["load_missed"] for r in rows),
+               "phase_p50_ms": {k: percentile([phase(r, k) for r in rows], 50) for k in PHASES},
+               "phase_p99_ms": {k: percentile([phase(r, k) for r in rows], 99) for k in PHASES}}
     config = {k: v for k, v in vars(args).items() if k != "out"}
     config.update(pool_bytes=full_bytes, slot_bytes=layout.slot_bytes, host=platform.node(),
                   cuda_compiled=bool(kv_extension().cuda_compiled()), python=platform.python_version(),
@@ -243,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':>22}{'p50':>10}{'p95':>10}{'p99':>10}{'max':>10}")
     print(f"{'request -> freed (ms)':>22}{summary['p50_ms']:>10.2f}{summary['p95_ms']:>10.2f}"
           f"{summary['p99_ms']:>10.2f}{summary['max_ms']:>10.2f}")
+    for name in PHASES:
+        print(f"{'  ' + name:>22}{summary['phase_p50_ms'][name]:>10.2f}{'':>10}"
+              f"{summary['phase_p99_ms'][name]:>10.2f}")
     print(f"freed per round {summary['mean_freed_mib']:.0f} MiB; loads during the rounds: "
           f"{summary['loaded_blocks']} blocks copied, {summary['missed_blocks']} missed")
     if args.out:

@@ -26,7 +26,9 @@ A fork fetching a few blocks can skip the kernel launch: with `pool.transfer.sta
 """
 from __future__ import annotations
 
+import contextlib
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,7 +40,7 @@ from specgen.kv.block_table import BlockTable, block_keys
 from specgen.kv.extension import kv_extension
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool_errors import KvPoolError, KvPoolTimeout
-from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index
+from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index, release_segments
 from specgen.kv.transfer import KvTransfer
 from specgen.messages import KvPoolStats
 
@@ -46,6 +48,34 @@ DEFAULT_SEGMENT_BYTES = 256 << 20
 DEFAULT_HEADROOM_BYTES = 8 << 30
 # The SM copy kernel takes the segment table by value; this many segments fit.
 MAX_SEGMENTS = 128
+
+
+# While a give-back runs, the interpreter switches threads every 50 us instead of every 5 ms. The
+# give-back's thread blocks briefly many times (the pool's lock, the move's wait, cudaFree) and after
+# each needs the interpreter back from threads that may run Python without pause (an engine thread
+# looking blocks up and loading them); at the default interval each return waited up to 5 ms, which
+# made most of an H200 give-back's time under load.
+GIVE_BACK_SWITCH_INTERVAL_S = 5e-5
+_switching = threading.Lock()
+_switching_depth = 0
+_switching_saved = 0.0
+
+
+@contextlib.contextmanager
+def _prompt_switching():
+    global _switching_depth, _switching_saved
+    with _switching:
+        if _switching_depth == 0:
+            _switching_saved = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switching_saved, GIVE_BACK_SWITCH_INTERVAL_S))
+        _switching_depth += 1
+    try:
+        yield
+    finally:
+        with _switching:
+            _switching_depth -= 1
+            if _switching_depth == 0:
+                sys.setswitchinterval(_switching_saved)
 
 
 @dataclass
@@ -132,6 +162,8 @@ class RemoteKvPool:
         self._shrinks = 0
         self._late_misses = 0
         self._lock = threading.RLock()
+        # Where the last give-back's time went (ms per phase; tools/pool_release_bench.py reports it).
+        self.last_release: dict[str, float] = {}
 
     # ------------------------------------------------------------------ memory
 
@@ -207,6 +239,10 @@ class RemoteKvPool:
 
         Waits for copies in flight on the chosen segments, at most `timeout_s` seconds.
         """
+        with _prompt_switching():
+            return self._shrink(nbytes, device, timeout_s, relocate)
+
+    def _shrink(self, nbytes: int, device: int | None, timeout_s: float, relocate: bool) -> int:
         freed = 0
         while freed < nbytes:
             with self._lock:
@@ -232,7 +268,8 @@ class RemoteKvPool:
         segment = self._segments.get(index)
         if segment is None:
             raise KvPoolError(f"the pool has no segment {index}")
-        return self._release([segment], timeout_s=timeout_s, relocate=relocate)
+        with _prompt_switching():
+            return self._release([segment], timeout_s=timeout_s, relocate=relocate)
 
     def _release(self, segments: list[_Segment], *, timeout_s: float, relocate: bool) -> int:
         """Retire `segments` together and free their memory; bytes freed.
@@ -245,8 +282,11 @@ class RemoteKvPool:
             for segment in pending:
                 self.table.disable_slots(*self._slot_range(segment.index))
         deadline = time.monotonic() + timeout_s
-        freed = 0
+        started = time.perf_counter()
+        phases = {"retire_ms": 0.0, "wait_ms": 0.0, "free_ms": 0.0, "passes": 0, "began": started}
+        released: list[_Segment] = []
         while pending:
+            phases["passes"] += 1
             # One critical section per pass, the moves' copy included (on a GPU a few milliseconds for
             # a GiB): a loading thread waits that long, where a lock taken and dropped around each step
             # made the give-back queue behind every load for the interpreter and the lock in turn.
@@ -272,20 +312,43 @@ class RemoteKvPool:
                         del self._segments[segment.index]
                         self._shrinks += 1
                         done.append(segment)
-            for segment in done:
-                segment.memory.release()     # outside the lock: cudaFree waits for the device's work
-                freed += segment.memory.nbytes
+            released.extend(done)
             pending = [s for s in pending if s not in done]
+            now = time.perf_counter()
+            phases["retire_ms"] += (now - started) * 1e3
             if not pending:
                 break
-            # Blocks in these segments are pinned by copies in flight: let them finish.
+            # Blocks in these segments are pinned by copies in flight: wait for those copies, with the
+            # interpreter released once for all of them (a sleep-and-poll loop took it back after each
+            # nap, behind whatever thread was loading).
             if time.monotonic() > deadline:
                 busy = sum(step.busy for segment, step in steps if segment in pending)
                 raise KvPoolTimeout(f"segments {sorted(s.index for s in pending)} still have {busy} blocks with "
                                     f"copies in flight after {timeout_s} s (shrink/release_segment timeout_s)")
-            self.poll()
-            time.sleep(0.0005)
-        return freed
+            self._wait_copies(max(0.0, deadline - time.monotonic()))
+            started = time.perf_counter()
+            phases["wait_ms"] += (started - now) * 1e3
+        # Outside the lock, all together: cudaFree waits for the device's work in flight.
+        t0 = time.perf_counter()
+        release_segments(s.memory for s in released)
+        phases["ended"] = time.perf_counter()
+        phases["free_ms"] = (phases["ended"] - t0) * 1e3
+        self.last_release = phases
+        return sum(s.memory.nbytes for s in released)
+
+    def _wait_copies(self, timeout_s: float) -> None:
+        """Wait for the copies in flight now, then finish them (their pins drop)."""
+        with self._lock:
+            copies = list(self._inflight)
+        if not copies:
+            time.sleep(0.0005)  # pinned by someone else's acquire, not a copy of this pool's: poll
+            return
+        try:
+            kv_extension().wait_events([c.event for c in copies], timeout_s)
+        except kv_extension().KvTransferError:
+            pass    # not done in time: the caller's deadline check names what is still pinned
+        for copy in copies:
+            copy.done()
 
     def segment_ids(self) -> dict[int, str]:
         """Segment index -> segment id, for the segments held now."""

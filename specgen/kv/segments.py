@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 
@@ -190,6 +191,21 @@ class PrivateHostSegment(SegmentMemory):
     def release(self) -> None:
         self._buffer = None
         self.address = 0
+
+
+def release_segments(segments: Iterable[SegmentMemory]) -> None:
+    """Release several segments: the GPU memory of each device in one extension call, so a thread
+    giving memory back hands the interpreter over once per device, not once per segment."""
+    by_device: dict[int, list[DeviceSegment]] = {}
+    for segment in segments:
+        if isinstance(segment, DeviceSegment) and segment.address:
+            by_device.setdefault(segment.device, []).append(segment)
+        else:
+            segment.release()
+    for device, owned in by_device.items():
+        kv_extension().device_free_many(device, [s.address for s in owned])
+        for segment in owned:
+            segment.address = 0
 
 
 def allocate_segment(device: int, nbytes: int, *, shareable: bool = False) -> SegmentMemory:
