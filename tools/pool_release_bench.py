@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-batch", type=int, default=16, help="blocks per load in flight (default 16)")
     ap.add_argument("--loads-in-flight", type=int, default=4, help="loads kept in flight on CUDA (default 4)")
     ap.add_argument("--switch-interval-us", type=float, default=None,
-                    help="the interpreter's thread switch interval for the whole run (default: Python's, 5,000 us; "
-                         "a give-back lowers it only while it runs)")
+                    help="the interpreter's thread switch interval for the whole run (default: Python's, 5,000 us): "
+                         "how much of the wait is the interpreter handed between threads")
     ap.add_argument("--out", help="write the figures as JSON here")
     args = ap.parse_args(argv)
     if args.switch_interval_us is not None:

@@ -26,9 +26,7 @@ A fork fetching a few blocks can skip the kernel launch: with `pool.transfer.sta
 """
 from __future__ import annotations
 
-import contextlib
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,34 +46,6 @@ DEFAULT_SEGMENT_BYTES = 256 << 20
 DEFAULT_HEADROOM_BYTES = 8 << 30
 # The SM copy kernel takes the segment table by value; this many segments fit.
 MAX_SEGMENTS = 128
-
-
-# While a give-back runs, the interpreter switches threads every 50 us instead of every 5 ms. The
-# give-back's thread blocks briefly many times (the pool's lock, the move's wait, cudaFree) and after
-# each needs the interpreter back from threads that may run Python without pause (an engine thread
-# looking blocks up and loading them); at the default interval each return waited up to 5 ms, which
-# made most of an H200 give-back's time under load.
-GIVE_BACK_SWITCH_INTERVAL_S = 5e-5
-_switching = threading.Lock()
-_switching_depth = 0
-_switching_saved = 0.0
-
-
-@contextlib.contextmanager
-def _prompt_switching():
-    global _switching_depth, _switching_saved
-    with _switching:
-        if _switching_depth == 0:
-            _switching_saved = sys.getswitchinterval()
-            sys.setswitchinterval(min(_switching_saved, GIVE_BACK_SWITCH_INTERVAL_S))
-        _switching_depth += 1
-    try:
-        yield
-    finally:
-        with _switching:
-            _switching_depth -= 1
-            if _switching_depth == 0:
-                sys.setswitchinterval(_switching_saved)
 
 
 @dataclass
@@ -239,10 +209,6 @@ class RemoteKvPool:
 
         Waits for copies in flight on the chosen segments, at most `timeout_s` seconds.
         """
-        with _prompt_switching():
-            return self._shrink(nbytes, device, timeout_s, relocate)
-
-    def _shrink(self, nbytes: int, device: int | None, timeout_s: float, relocate: bool) -> int:
         freed = 0
         while freed < nbytes:
             with self._lock:
@@ -268,8 +234,7 @@ class RemoteKvPool:
         segment = self._segments.get(index)
         if segment is None:
             raise KvPoolError(f"the pool has no segment {index}")
-        with _prompt_switching():
-            return self._release([segment], timeout_s=timeout_s, relocate=relocate)
+        return self._release([segment], timeout_s=timeout_s, relocate=relocate)
 
     def _release(self, segments: list[_Segment], *, timeout_s: float, relocate: bool) -> int:
         """Retire `segments` together and free their memory; bytes freed.
