@@ -75,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "iteration (default 0.1)")
     job.add_argument("--best-of", type=int, default=4, metavar="N",
                      help="reasoning streams per iteration in best-of-n mode (default 4)")
+    job.add_argument("--drain-speculative", action="store_true",
+                     help="after the last iteration, wait for the speculative candidates still owed a "
+                          "verdict instead of cancelling them (they may hold a better kernel)")
     job.add_argument("--fork-max-tokens", type=int, default=4096)
     job.add_argument("--reasoning-max-tokens", type=int, default=32768)
     ablation = parser.add_argument_group("ablations (specgen mode)")
@@ -346,6 +349,7 @@ def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine) -> OptimizeSpec
         target_speedup=args.target_speedup,
         improvement_margin=args.margin,
         best_of_n=args.best_of,
+        drain_speculative=getattr(args, "drain_speculative", False),   # absent from older runs' settings
         fork_max_tokens=args.fork_max_tokens,
         reasoning_max_tokens=args.reasoning_max_tokens,
         forking=not args.no_forking,
