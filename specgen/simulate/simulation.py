@@ -115,13 +115,12 @@ class SimJob:
         self.streams: list[Stream] = []
         self.started = sim.clock.now()
         self.finished: float | None = None
-        self.fingerprints: set[str] = set()
         self.candidates: dict[str, dict[str, Any]] = {}    # id -> {order, iteration, source, verdicts}
         self.open: dict[int, set[str]] = {}                 # iteration -> candidates without a final verdict
         # iteration -> the open candidates that stand for its answers (an answer repeating an
         # earlier program waits for that program's verdict), as OptimizeJob._answer_ids does
         self.answers: dict[int, set[str]] = {}
-        self.by_fp: dict[str, str] = {}                     # program -> its candidate
+        self.by_fp: dict[str, str] = {}                     # program -> its candidate (dedup)
         self.best: float | None = None
         self.forks_in_flight = 0
         self.forks_iteration = 0
@@ -257,13 +256,12 @@ class SimJob:
 
     def submit(self, source: str, origin: str) -> bool:
         fp = program_key(source)
-        if fp in self.fingerprints:
+        if fp in self.by_fp:
             self.sim.counts["duplicates"] += 1
             earlier = self.by_fp[fp]
             if origin == "final" and earlier in self.open.get(self.candidates[earlier]["iteration"], ()):
                 self.answers[self.iteration].add(earlier)
             return False
-        self.fingerprints.add(fp)
         cid = f"c{len(self.candidates)}"
         self.by_fp[fp] = cid
         if origin == "final":
