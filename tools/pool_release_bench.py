@@ -59,7 +59,7 @@ def check_cuda(device: int) -> None:
 
 
 # Where a round's time went: before the pool's give-back began, its phases, after it ended.
-PHASES = ("before_ms", "retire_ms", "wait_ms", "free_ms", "after_ms")
+PHASES = ("before_ms", "receive_ms", "retire_ms", "wait_ms", "free_ms", "after_ms")
 
 
 def phase(row: dict, name: str) -> float:
@@ -170,15 +170,24 @@ def main(argv: list[str] | None = None) -> int:
     applied_at: list[float] = []
     applied = threading.Condition()
 
+    received_at: list[float] = []
+    poll_resize = agent.client.poll_resize
+
+    def timed_poll() -> list:
+        requests = poll_resize()
+        if requests:
+            received_at.append(time.perf_counter())
+        return requests
+
+    agent.client.poll_resize = timed_poll  # when the agent's thread had the request in hand
+
     def control_loop() -> None:
         try:
             while not stop.is_set():
-                if agent.step():
+                if agent.step(timeout_s=0.05):
                     with applied:
                         applied_at.append(time.perf_counter())
                         applied.notify_all()
-                else:
-                    time.sleep(0.0001)
         except BaseException as exc:
             errors.append(exc)
             with applied:
@@ -230,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                          # Before the pool's give-back began: the steward, the control channel and
                          # the agent's thread; after it ended: the agent's stats report.
                          "before_ms": (pool.last_release.get("began", t0) - t0) * 1e3,
+                         # ... of which: until the agent's thread had the request (the control
+                         # channel and the thread's wake-up), then until its give-back began.
+                         "receive_ms": (received_at[-1] - t0) * 1e3,
                          "after_ms": (t1 - pool.last_release.get("ended", t1)) * 1e3})
             # The device idles again: the steward grows the pool back (regrow_idle_s=0 here).
             now += 1.0

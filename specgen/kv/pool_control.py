@@ -62,6 +62,10 @@ class PoolControlClient:
         except zmq.Again:
             pass
 
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a frame arrives (the interpreter released meanwhile) or timeout_s; whether one did."""
+        return bool(self._socket.poll(int(timeout_s * 1000)))
+
     def poll_resize(self) -> list[KvPoolResize]:
         """Resize requests received since the last call; malformed frames are skipped."""
         out = []
@@ -118,13 +122,23 @@ class PoolControlAgent:
                 pool.grow(target - capacity)
         return pool.capacity_bytes
 
-    def step(self, now: float | None = None) -> list[KvPoolResize]:
-        """Apply the resize requests received since the last step, then report if due; the requests."""
+    def step(self, now: float | None = None, *, timeout_s: float = 0.0) -> list[KvPoolResize]:
+        """Apply the resize requests received since the last step, then report if due; the requests.
+
+        With timeout_s > 0, first wait that long for a request (in the socket, not in a sleep: a
+        thread that naps and polls needs the interpreter back after every nap, behind the pool's
+        loading thread)."""
+        if timeout_s > 0:
+            self.client.wait(timeout_s)
         requests = self.client.poll_resize()
-        for request in requests:
-            self.applied.append((request, self.apply(request)))
         now = time.monotonic() if now is None else now
-        if requests or now - self._last_stats >= self.stats_interval_s:
+        due = now - self._last_stats >= self.stats_interval_s
+        if not requests and not due:
+            return requests
+        # A resize is what a profiling run waits for: it and its report go before the pool's loads.
+        with self.pool.priority():
+            for request in requests:
+                self.applied.append((request, self.apply(request)))
             self._last_stats = now
             self.client.send_stats(self.pool.stats())
         return requests
