@@ -15,6 +15,7 @@ PoolControlAgent.step -> RemoteKvPool.shrink/release_segment.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -59,7 +60,7 @@ def check_cuda(device: int) -> None:
 
 
 # Where a round's time went: before the pool's give-back began, its phases, after it ended.
-PHASES = ("before_ms", "receive_ms", "retire_ms", "wait_ms", "free_ms", "after_ms")
+PHASES = ("before_ms", "receive_ms", "retire_ms", "wait_ms", "free_ms", "after_ms", "gc_ms")
 
 
 def phase(row: dict, name: str) -> float:
@@ -86,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch-interval-us", type=float, default=None,
                     help="the interpreter's thread switch interval for the whole run (default: Python's, 5,000 us): "
                          "how much of the wait is the interpreter handed between threads")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="move every object alive after set-up out of the collector's reach (gc.freeze(), as vLLM's "
+                         "engine does after start-up): a full collection then scans only what was allocated since")
     ap.add_argument("--out", help="write the figures as JSON here")
     args = ap.parse_args(argv)
     if args.switch_interval_us is not None:
@@ -203,6 +207,26 @@ def main(argv: list[str] | None = None) -> int:
             raise errors[0]
         return applied_at[count - 1]
 
+    # The interpreter's garbage collector stops every thread while it runs: record when it did.
+    collections: list[tuple[float, float]] = []
+    generations: list[int] = []
+    gc_started = [0.0]
+
+    def on_gc(phase_name: str, info: dict) -> None:
+        if phase_name == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            collections.append((gc_started[0], time.perf_counter()))
+            generations.append(info["generation"])
+
+    def gc_ms(lo: float, hi: float) -> float:
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in collections) * 1e3
+
+    gc.callbacks.append(on_gc)
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+
     # The pool reports once; the controller (scheduler side) learns its identity and devices.
     agent.step()
     controller.wait_for("bench-pool", lambda s: s.capacity_bytes > 0, timeout_s=10.0)
@@ -242,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                          # ... of which: until the agent's thread had the request (the control
                          # channel and the thread's wake-up), then until its give-back began.
                          "receive_ms": (received_at[-1] - t0) * 1e3,
-                         "after_ms": (t1 - pool.last_release.get("ended", t1)) * 1e3})
+                         "after_ms": (t1 - pool.last_release.get("ended", t1)) * 1e3,
+                         # The collector's pauses inside the round's wait (every thread stops).
+                         "gc_ms": gc_ms(t0, t1)})
             # The device idles again: the steward grows the pool back (regrow_idle_s=0 here).
             now += 1.0
             steward.on_stats(identity, after, now)
@@ -267,7 +293,11 @@ def main(argv: list[str] | None = None) -> int:
                "loaded_blocks": sum(r["load_blocks"] for r in rows),
                "missed_blocks": sum(r["load_missed"] for r in rows),
                "phase_p50_ms": {k: percentile([phase(r, k) for r in rows], 50) for k in PHASES},
-               "phase_p99_ms": {k: percentile([phase(r, k) for r in rows], 99) for k in PHASES}}
+               "phase_p99_ms": {k: percentile([phase(r, k) for r in rows], 99) for k in PHASES},
+               # Every collection of the run, per generation: how many, the longest pause.
+               "gc": {str(g): {"count": generations.count(g),
+                               "max_ms": max((b - a) * 1e3 for (a, b), h in zip(collections, generations) if h == g)}
+                      for g in sorted(set(generations))}}
     config = {k: v for k, v in vars(args).items() if k != "out"}
     config.update(pool_bytes=full_bytes, slot_bytes=layout.slot_bytes, host=platform.node(),
                   cuda_compiled=bool(kv_extension().cuda_compiled()), python=platform.python_version(),
@@ -280,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in PHASES:
         print(f"{'  ' + name:>22}{summary['phase_p50_ms'][name]:>10.2f}{'':>10}"
               f"{summary['phase_p99_ms'][name]:>10.2f}")
+    print("collections (generation: count, longest ms): "
+          + ", ".join(f"{g}: {v['count']}, {v['max_ms']:.1f}" for g, v in summary["gc"].items()))
     print(f"freed per round {summary['mean_freed_mib']:.0f} MiB; loads during the rounds: "
           f"{summary['loaded_blocks']} blocks copied, {summary['missed_blocks']} missed")
     if args.out:

@@ -16,9 +16,7 @@ freed. The scheduler reads size and hit rate from `stats()` (a `KvPoolStats`).
 Threads: one thread may load while another stores, shrinks or grows (a profiler's give-back runs
 beside the engine's fetches). A lock guards the table, the segment list and the copies in flight;
 stores, loads and the waits for pinned blocks run outside it, a shrink's moves inside it (one
-critical section per pass, so the give-back does not queue behind every load). A give-back takes
-the lock before loads and stores that arrive meanwhile (`priority()`, a `PriorityLock`): a thread
-loading without pause would otherwise win the lock back after each of its releases. A block evicted between
+critical section per pass, so the give-back does not queue behind every load). A block evicted between
 `lookup` and `load` is a miss (`PoolCopy.missed`), never an error and never another block's bytes:
 a slot's block is pinned from `acquire` until its load completes, so nothing rewrites or frees it.
 
@@ -29,6 +27,7 @@ A fork fetching a few blocks can skip the kernel launch: with `pool.transfer.sta
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -39,7 +38,6 @@ from specgen.kv.block_table import BlockTable, block_keys
 from specgen.kv.extension import kv_extension
 from specgen.kv.layout import KvLayout
 from specgen.kv.pool_errors import KvPoolError, KvPoolTimeout
-from specgen.kv.priority_lock import PriorityLock
 from specgen.kv.segments import HOST, SegmentMemory, allocate_segment, host_device_index, release_segments
 from specgen.kv.transfer import KvTransfer
 from specgen.messages import KvPoolStats
@@ -133,7 +131,7 @@ class RemoteKvPool:
         self._grows = 0
         self._shrinks = 0
         self._late_misses = 0
-        self._lock = PriorityLock()
+        self._lock = threading.RLock()
         # Where the last give-back's time went (ms per phase; tools/pool_release_bench.py reports it).
         self.last_release: dict[str, float] = {}
 
@@ -211,17 +209,6 @@ class RemoteKvPool:
 
         Waits for copies in flight on the chosen segments, at most `timeout_s` seconds.
         """
-        with self.priority():
-            return self._shrink(nbytes, device=device, timeout_s=timeout_s, relocate=relocate)
-
-    def priority(self):
-        """A context: this thread's uses of the pool go before other threads' loads and stores.
-
-        A give-back runs in it (the profiling run that asked for the memory waits for it); so may
-        its caller's own bookkeeping around it (PoolControlAgent applies a resize and reports in it)."""
-        return self._lock.urgent()
-
-    def _shrink(self, nbytes: int, *, device: int | None, timeout_s: float, relocate: bool) -> int:
         freed = 0
         while freed < nbytes:
             with self._lock:
@@ -247,8 +234,7 @@ class RemoteKvPool:
         segment = self._segments.get(index)
         if segment is None:
             raise KvPoolError(f"the pool has no segment {index}")
-        with self.priority():
-            return self._release([segment], timeout_s=timeout_s, relocate=relocate)
+        return self._release([segment], timeout_s=timeout_s, relocate=relocate)
 
     def _release(self, segments: list[_Segment], *, timeout_s: float, relocate: bool) -> int:
         """Retire `segments` together and free their memory; bytes freed.
