@@ -62,7 +62,9 @@ def replay(path: Path, seed: int = 0) -> dict[str, Any]:
                 turns=len(batch[0].trace.iterations), best_of_n=cfg.get("best_of_n", 4),
                 target_speedup=cfg.get("target_speedup"), restart_jobs=False), service, bank, plans)
             r = sim.run()
-            busy += sum(r["busy_s"].values())
+            # As the bench measures it: the evaluations that reached a verdict (cancelled work is
+            # not in its intervals).
+            busy += r["completed_busy_s"]
             avail += workers * r["simulated_s"]
             for j in r["jobs"]:
                 m = measured.get((mode, j["problem"]), {})
@@ -71,7 +73,8 @@ def replay(path: Path, seed: int = 0) -> dict[str, Any]:
                              "measured_end_to_end_s": m.get("end_to_end_s"),
                              "predicted_profiled": j["profiled"], "measured_profiled": m.get("profiled"),
                              "predicted_candidates": j["candidates"],
-                             "measured_candidates": m.get("candidates")})
+                             "measured_candidates": m.get("candidates"),
+                             "predicted_unmeasured": j["unmeasured"]})
         per_mode[mode] = {"predicted_utilization": busy / avail if avail else None,
                           "measured_utilization": (data.get("utilization", {}).get(mode) or {}).get("of_run")}
     return {"bench": str(path), "hardware": data.get("hardware"), "rows": rows, "per_mode": per_mode,
@@ -82,14 +85,27 @@ def table(result: dict[str, Any]) -> str:
     def f(x: Any) -> str:
         return "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
 
-    lines = ["| mode | problem | end-to-end s predicted | measured | profiled predicted | measured | "
-             "candidates predicted | measured |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    def off(predicted: float | None, measured: float | None) -> float | None:
+        return (predicted - measured) / measured if predicted is not None and measured else None
+
+    lines = ["| mode | problem | end-to-end s predicted | measured | off | profiled predicted | measured | "
+             "candidates predicted | measured | of them unmeasured |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    errors = []
     for r in result["rows"]:
+        e = off(r["predicted_end_to_end_s"], r["measured_end_to_end_s"])
+        errors += [e] if e is not None else []
         lines.append(f"| {r['mode']} | {r['problem']} | {f(r['predicted_end_to_end_s'])} | "
-                     f"{f(r['measured_end_to_end_s'])} | {f(r['predicted_profiled'])} | "
-                     f"{f(r['measured_profiled'])} | {f(r['predicted_candidates'])} | "
-                     f"{f(r['measured_candidates'])} |")
-    lines += ["", "| mode | utilization predicted | measured (of run) |", "| --- | --- | --- |"]
+                     f"{f(r['measured_end_to_end_s'])} | {'-' if e is None else f'{e:+.1%}'} | "
+                     f"{f(r['predicted_profiled'])} | {f(r['measured_profiled'])} | "
+                     f"{f(r['predicted_candidates'])} | {f(r['measured_candidates'])} | "
+                     f"{f(r.get('predicted_unmeasured'))} |")
+    if errors:
+        lines += ["", f"End to end: {sum(abs(e) <= 0.10 for e in errors)} of {len(errors)} jobs within 10% "
+                      f"(from {min(errors):+.1%} to {max(errors):+.1%})."]
+    lines += ["", "| mode | utilization predicted | measured (of run) | off |", "| --- | --- | --- | --- |"]
     for mode, u in result["per_mode"].items():
-        lines.append(f"| {mode} | {f(u['predicted_utilization'])} | {f(u['measured_utilization'])} |")
+        e = off(u["predicted_utilization"], u["measured_utilization"])
+        lines.append(f"| {mode} | {f(u['predicted_utilization'])} | {f(u['measured_utilization'])} | "
+                     f"{'-' if e is None else f'{e:+.1%}'} |")
     return "\n".join(lines)

@@ -1,7 +1,10 @@
 """The workload and its service times, all from measured or modelled sources, never constants here.
 
 - Evaluation service times (validate, profile) and profiled speedups: a `specgen bench`
-  results.json (its per-job `evaluations`), per problem, else pooled over the run's problems.
+  results.json (its per-job `evaluations`): those of the same program where the run evaluated it
+  (a program that fails to build is rejected in a millisecond, one that runs takes seconds), else
+  those of its problem, else pooled over the run's problems. Each is kept without the time it
+  waited for a runner process: that wait is modelled, from the runner start-up times the run shows.
 - Decode and prefill: `TimingModel` (its defaults, or the timing a bench run recorded).
 - Reasoning: turns of the synthetic trace generator (token counts, where drafts sit, the share of
   correct answers), or the exact traces a bench run used (replay). Where the loop would fork is
@@ -53,22 +56,57 @@ class ServiceTimes:
     compile_s: dict[str, list[float]] = field(default_factory=dict)              # problem -> compile s
     # program fingerprint -> the verdicts (correct or not) its validations got in the measured run
     verdicts: dict[str, list[bool]] = field(default_factory=dict)
+    # program fingerprint -> stage -> its measured durations; -> its measured speedups
+    program_durations: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    program_speedups: dict[str, list[float]] = field(default_factory=dict)
+    # Runner processes: whether an evaluation took one (a program rejected by the static checks or
+    # its build does not), per program and per problem; how long a worker's replacement runner
+    # took to start (seconds), where the run shows it.
+    program_takes_runner: dict[str, list[bool]] = field(default_factory=dict)
+    takes_runner: dict[str, list[bool]] = field(default_factory=dict)
+    runner_startup_s: list[float] = field(default_factory=list)
+    # problem -> whether each profile evaluation first timed the reference (in a runner of its own,
+    # then a second runner for the candidate); it does when the reference-timing cache misses.
+    reference_runs: dict[str, list[bool]] = field(default_factory=dict)
     source: str = ""
 
     def pooled(self, stage: str) -> list[float]:
         return [d for per in self.durations.values() for d in per.get(stage, [])]
 
-    def sample(self, problem: str, stage: str, rng: random.Random) -> float:
+    def sample(self, problem: str, stage: str, rng: random.Random, program: str | None = None) -> float:
+        """A measured duration of `stage`: of this program (its fingerprint) if the run evaluated it,
+        else of its problem, else of any problem."""
         stage = "validate" if stage == "validate" else "profile"
-        options = self.durations.get(base_problem(problem), {}).get(stage) or self.pooled(stage)
+        options = (self.program_durations.get(program, {}).get(stage) if program else None) \
+            or self.durations.get(base_problem(problem), {}).get(stage) or self.pooled(stage)
         if not options:
             raise UsageError(f"no measured {stage} time in {self.source or 'the service times'}")
         return rng.choice(options)
 
+    def takes_a_runner(self, problem: str, program: str | None, rng: random.Random) -> bool:
+        """Whether this evaluation runs the candidate in a runner process (as the run measured it)."""
+        options = (self.program_takes_runner.get(program) if program else None) \
+            or self.takes_runner.get(base_problem(problem)) or [t for v in self.takes_runner.values() for t in v]
+        return bool(options) and rng.choice(options)
+
+    def runners_taken(self, problem: str, stage: str, program: str | None, rng: random.Random) -> int:
+        """How many runner processes this evaluation takes: 0 (rejected before running), 1, or 2
+        (a profile that times the reference first)."""
+        if not self.takes_a_runner(problem, program, rng):
+            return 0
+        options = self.reference_runs.get(base_problem(problem)) if stage != "validate" else None
+        return 2 if options and rng.choice(options) else 1
+
+    def runner_startup(self, rng: random.Random) -> float:
+        """How long a replacement runner takes to start; 0 where the run never showed one."""
+        return rng.choice(self.runner_startup_s) if self.runner_startup_s else 0.0
+
     def speedup(self, problem: str, key: str, seed: int) -> float | None:
-        """The speedup a correct candidate gets: one of the measured ones, the same one for the
-        same program (keyed by its fingerprint) on every run."""
-        options = self.speedups.get(base_problem(problem)) or [s for v in self.speedups.values() for s in v]
+        """The speedup a correct candidate gets: one measured for this program (keyed by its
+        fingerprint) if the run profiled it, else one of its problem's; the same one for the same
+        program on every run."""
+        options = self.program_speedups.get(key) or self.speedups.get(base_problem(problem)) \
+            or [s for v in self.speedups.values() for s in v]
         if not options:
             return None
         return random.Random(f"{seed}-{key}").choice(sorted(options))
@@ -80,6 +118,9 @@ class ServiceTimes:
             if self.compile_s.get(problem):
                 c = self.compile_s[problem]
                 out[problem]["compile_mean_s"] = sum(c) / len(c)
+        if self.runner_startup_s:
+            out["runner_startup"] = {"n": len(self.runner_startup_s),
+                                     "mean_s": sum(self.runner_startup_s) / len(self.runner_startup_s)}
         return out
 
     @classmethod
@@ -87,6 +128,7 @@ class ServiceTimes:
         data = load_bench(path)
         times = cls(source=str(path))
         seen = 0
+        runs: dict[tuple[Any, Any, str], list[dict[str, Any]]] = {}  # (mode, batch, worker) -> runner takes
         for job in data.get("intervals", []):
             evaluations = job.get("evaluations")
             if evaluations is None:
@@ -96,18 +138,58 @@ class ServiceTimes:
             for e in evaluations:
                 seen += 1
                 stage = "validate" if e["stage"] == "validate" else "profile"
-                per[stage].append(float(e["finished_at"]) - float(e["started_at"]))
+                seconds = e.get("stage_seconds") or {}
+                # The evaluator reports spare_wait whenever it took a runner.
+                took = "spare_wait" in seconds
+                duration = float(e["finished_at"]) - float(e["started_at"]) - float(seconds.get("spare_wait", 0.0))
+                per[stage].append(duration)
+                times.takes_runner.setdefault(problem, []).append(took)
+                program = e.get("program")
+                if program:
+                    times.program_durations.setdefault(program, {}).setdefault(stage, []).append(duration)
+                    times.program_takes_runner.setdefault(program, []).append(took)
+                if took and stage == "profile":
+                    times.reference_runs.setdefault(problem, []).append("reference" in seconds)
+                if took:
+                    runs.setdefault((job.get("mode"), job.get("batch"), e.get("worker", "")), []).append(e)
                 compile_s = (e.get("stage_seconds") or {}).get("compile")
                 if compile_s is not None:
                     times.compile_s.setdefault(problem, []).append(float(compile_s))
                 if stage == "profile" and e.get("correct") and e.get("speedup") is not None:
                     times.speedups.setdefault(problem, []).append(float(e["speedup"]))
+                    if program:
+                        times.program_speedups.setdefault(program, []).append(float(e["speedup"]))
                 if stage == "validate" and e.get("program"):
                     times.verdicts.setdefault(e["program"], []).append(bool(e.get("correct")))
         if not seen:
             raise UsageError(f"{path}: no per-stage evaluations recorded (results.json of a bench "
                              "from before `evaluations` was written: run `specgen bench` again)")
+        times.runner_startup_s = runner_startups(runs.values())
         return times
+
+
+def runner_startups(takes_per_worker) -> list[float]:
+    """Replacement-runner start-up times, from each worker's runner takes in time order.
+
+    A worker keeps one spare runner and starts its replacement when it takes it (at the take: the
+    evaluation's start plus its build). When the next take waited (spare_wait > 0), the replacement
+    became ready at that take plus the wait, which gives its start-up time exactly; a take that did
+    not wait only bounds it, and is left out, as is a pair where either evaluation took a second
+    runner for a reference timing (when that replacement started, or which wait was whose, is not
+    recorded)."""
+    out = []
+    for takes in takes_per_worker:
+        def take_at(e: dict[str, Any]) -> float:
+            return float(e["started_at"]) + float((e.get("stage_seconds") or {}).get("build", 0.0))
+
+        ordered = sorted(takes, key=take_at)
+        for previous, current in zip(ordered, ordered[1:]):
+            if "reference" in previous["stage_seconds"] or "reference" in current["stage_seconds"]:
+                continue
+            waited = float(current["stage_seconds"]["spare_wait"])
+            if waited > 0.02:       # below this, a ready spare's hand-over, not a start-up
+                out.append(take_at(current) + waited - take_at(previous))
+    return out
 
 
 def load_bench(path: Path) -> dict[str, Any]:
@@ -192,18 +274,27 @@ def script_turn(problem: str, reasoning: str, final_text: str, settings: Trigger
 
 class Correctness:
     """Whether a program is correct: what its validations got in the measured run when the bench
-    recorded it (most of them correct), else the library's label of it (honest and slow kernels
-    are correct, wrong and cheating ones are not); a program neither measured nor in the library
-    (a draft the generator broke) is not. Measured verdicts win because a kernel can fail on the
-    hardware measured (a timeout, a tolerance) whatever its label says."""
+    recorded it (most of them correct), else by the library's label of it. Measured verdicts win
+    because a kernel can fail on the hardware measured (a timeout, a tolerance) whatever its label
+    says; for the same reason a labelled program the run never evaluated is correct at the rate
+    the run measured for its label's programs (honest and slow kernels are correct, wrong and
+    cheating ones are not, where the run measured none of that label), decided once per program
+    from its fingerprint. A program neither measured nor in the library (a draft the generator
+    broke) is not correct."""
 
     def __init__(self, library: CandidateLibrary, measured: dict[str, list[bool]] | None = None) -> None:
         self.correct: dict[str, bool] = {}
-        for c in library.candidates:
-            self.correct[fingerprint(c.source)] = c.kind in ("honest", "slow")
-        for key, verdicts in (measured or {}).items():
-            if verdicts:
-                self.correct[key] = 2 * sum(verdicts) >= len(verdicts)
+        kind: dict[str, str] = {fingerprint(c.source): c.kind for c in library.candidates}
+        measured = {key: 2 * sum(v) >= len(v) for key, v in (measured or {}).items() if v}
+        outcomes: dict[str, list[bool]] = {}
+        for key, correct in measured.items():
+            if key in kind:
+                outcomes.setdefault(kind[key], []).append(correct)
+        self.label_rates = {k: sum(v) / len(v) for k, v in outcomes.items()}
+        for key, k in kind.items():
+            rate = self.label_rates.get(k, 1.0 if k in ("honest", "slow") else 0.0)
+            self.correct[key] = random.Random(f"correct-{key}").random() < rate
+        self.correct.update(measured)
 
     def __call__(self, source: str) -> bool:
         return self.correct.get(program_key(source), False)

@@ -353,7 +353,9 @@ class Simulation:
         self.queue_plans = list(jobs)
         self.next_job = 0
         self.assignments: dict[bytes, tuple[AssignWork, float, Any]] = {}   # worker -> (work, started wall, timer)
-        self.busy: list[tuple[str, str, float, float]] = []    # (worker, pool, start, end)
+        self.spare_ready: dict[bytes, float] = {}    # worker -> when its spare runner is ready (virtual s)
+        # (worker, pool, start, end, completed: not cancelled)
+        self.busy: list[tuple[str, str, float, float, bool]] = []
         self.verdicts: dict[tuple[str, str, str], int] = {}    # (job, cand, stage) -> count
         self.samples: list[dict[str, float]] = []
         self._load: tuple[float, BackendLoad] | None = None
@@ -413,7 +415,15 @@ class Simulation:
     def on_assign(self, peer: bytes, work: AssignWork) -> None:
         self.counts["assigned"] += 1
         sub = work.submission
-        dt = self.service.sample(sub.problem_name, work.stage, self.eval_rng)
+        program = program_key(sub.candidate_source)
+        dt = self.service.sample(sub.problem_name, work.stage, self.eval_rng, program)
+        # The worker's spare runner: each take waits for it if it is still starting and starts its
+        # replacement (EvalWorker keeps one spare and replaces it when it is taken).
+        take = self.clock.now()
+        for _ in range(self.service.runners_taken(sub.problem_name, work.stage, program, self.eval_rng)):
+            take = max(take, self.spare_ready.get(peer, take))
+            self.spare_ready[peer] = take + self.service.runner_startup(self.eval_rng)
+        dt += take - self.clock.now()
         started = self.clock.wall()
         pool = self.core.workers[peer].pool
         timer = self.clock.call_later(dt, lambda: self.work_done(peer, work.request_id, False))
@@ -431,7 +441,7 @@ class Simulation:
         work, started, _, pool = self.assignments.pop(peer)
         sub = work.submission
         finished = self.clock.wall()
-        self.busy.append((peer.decode(), pool, started - WALL0, finished - WALL0))
+        self.busy.append((peer.decode(), pool, started - WALL0, finished - WALL0, not cancelled))
         if cancelled:
             verdict = Verdict(stage=work.stage, error="cancelled")
         else:
@@ -520,14 +530,19 @@ class Simulation:
             return values[min(len(values) - 1, int(p * len(values)))] if values else None
         # Busy worker-seconds per pool (the pool a worker was in when it took the work), running
         # work cut at the end.
-        busy = list(self.busy) + [(p.decode(), a[3], a[1] - WALL0, now) for p, a in self.assignments.items()]
+        busy = list(self.busy) + [(p.decode(), a[3], a[1] - WALL0, now, False) for p, a in self.assignments.items()]
         per_pool = {"validate": 0.0, "profile": 0.0}
-        for _, pool, s, e in busy:
+        completed_busy = 0.0
+        for _, pool, s, e, completed in busy:
             per_pool[pool] += max(0.0, min(e, now) - s)
+            completed_busy += max(0.0, min(e, now) - s) if completed else 0.0
         total_busy = sum(per_pool.values())
         jobs = [{"job": j.id, "problem": j.plan.problem, "mode": j.plan.mode, "status": j.status,
                  "end_to_end_s": j.finished - j.started, "profiled": j.profiled,
                  "candidates": len(j.candidates), "best_speedup": j.best,
+                 # programs no measured evaluation covers: judged by their library label, timed by
+                 # their problem's evaluations
+                 "unmeasured": sum(c["fp"] not in self.service.program_durations for c in j.candidates.values()),
                  "iterations": j.iteration}
                 for j in self.done_jobs]
         e2e = sorted(j["end_to_end_s"] for j in jobs)
@@ -537,10 +552,12 @@ class Simulation:
             "pools": "elastic" if self.cfg.elastic else "static",
             "utilization": {
                 "all": total_busy / (self.cfg.eval_gpus * now) if now else None,
+                # Work that ran to its verdict only (a bench's measured utilization counts no other).
+                "completed": completed_busy / (self.cfg.eval_gpus * now) if now else None,
                 "validate_core": stats.validate.utilization, "profile_core": stats.profile.utilization,
                 "busy_while_waiting": stats.busy_while_waiting, "waiting_s": stats.waiting_s,
             },
-            "busy_s": per_pool,
+            "busy_s": per_pool, "completed_busy_s": completed_busy,
             "feedback_latency_s": {"p50": q(lat, 0.5), "p95": q(lat, 0.95), "n": len(lat)},
             "feedback_latencies": lat,
             "jobs_finished": len(jobs), "jobs_running": len(self.jobs),

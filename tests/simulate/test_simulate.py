@@ -105,9 +105,60 @@ def test_service_times_from_bench(tmp_path) -> None:
     assert times.speedups["attention"] == [1.4] and times.compile_s["attention"] == [1.5]
 
 
+def _runner_bench(tmp_path) -> ServiceTimes:
+    """One worker's takes: a program rejected before running (no runner), then runners taken at
+    10 s (spare ready), 12 s (waited 5 s: the replacement started at 10 s took 7 s), 30 s (no wait,
+    only a bound), and a profile that timed the reference first."""
+    def ev(stage, start, end, program, seconds):
+        return {"stage": stage, "started_at": start, "finished_at": end, "correct": True, "speedup": 1.2,
+                "program": program, "worker": "w0", "stage_seconds": seconds}
+
+    evaluations = [ev("validate", 1.0, 1.001, "rejected", {"total": 0.001}),
+                   ev("validate", 10.0, 11.0, "p1", {"spare_wait": 0.0}),
+                   ev("validate", 12.0, 18.0, "p2", {"spare_wait": 5.0}),
+                   ev("validate", 30.0, 31.0, "p2", {"spare_wait": 0.0}),
+                   ev("profile", 40.0, 50.0, "p1", {"spare_wait": 7.0, "reference": 0.5})]
+    data = {"intervals": [{"mode": "specgen", "problem": "attention", "batch": 0, "evaluations": evaluations}]}
+    path = tmp_path / "runners.json"
+    path.write_text(json.dumps(data))
+    return ServiceTimes.from_bench(path)
+
+
+def test_runner_waits_and_start_up_from_bench(tmp_path) -> None:
+    import random
+
+    times = _runner_bench(tmp_path)
+    # Start-up from the take that waited only; the pair with a reference timing is left out.
+    assert times.runner_startup_s == [7.0]
+    # Durations per program, without the wait for a runner.
+    assert times.program_durations["p2"]["validate"] == [1.0, 1.0]
+    assert times.program_durations["p1"]["profile"] == [3.0]
+    rng = random.Random(0)
+    assert times.sample("attention", "validate", rng, "p2") == 1.0
+    assert times.runners_taken("attention", "validate", "rejected", rng) == 0
+    assert times.runners_taken("attention", "validate", "p1", rng) == 1
+    assert times.runners_taken("attention", "profile", "p1", rng) == 2   # every profile timed the reference
+
+
+def test_a_worker_waits_for_its_spare_runner() -> None:
+    """Two runs back to back on one worker: the second waits for the replacement runner the
+    first started (EvalWorker keeps one spare); with no start-up measured, nothing waits."""
+    slow = service(validate=1.0)
+    slow.durations = {p: {"validate": [1.0], "profile": [1.0]} for p in PROBLEMS}
+    quick = ServiceTimes(durations=slow.durations, speedups=slow.speedups, source="test")
+    slow.runner_startup_s = [30.0]
+    slow.takes_runner = {p: [True] for p in PROBLEMS}
+    quick.takes_runner = slow.takes_runner
+    _, with_waits = run(times=slow, hours=0.1, eval_gpus=1)
+    _, without = run(times=quick, hours=0.1, eval_gpus=1)
+    busy = lambda r: sum(r["busy_s"].values())  # noqa: E731
+    assert busy(with_waits) > busy(without)
+    assert with_waits["feedback_latency_s"]["p50"] > without["feedback_latency_s"]["p50"]
+
+
 def test_measured_verdicts_override_the_library_labels(tmp_path) -> None:
     """A kernel labelled honest that failed its validations in the measured run is incorrect in
-    the simulation (and one labelled wrong that passed is correct); others keep their labels."""
+    the simulation (and one labelled wrong that passed is correct)."""
     from specgen.optimize.dedup import fingerprint
     from specgen.optimize.synthetic import CandidateLibrary
     from specgen.simulate.model import Correctness
@@ -127,7 +178,13 @@ def test_measured_verdicts_override_the_library_labels(tmp_path) -> None:
     path.write_text(json.dumps(data))
     times = ServiceTimes.from_bench(path)
     correct = Correctness(library, times.verdicts)
-    assert not correct(honest.source) and correct(wrong.source) and correct(other.source)
+    assert not correct(honest.source) and correct(wrong.source)
+    # An honest program the run never evaluated is correct at the rate the run measured for honest
+    # programs (here none of one); where the run measured no program of a label, by the label.
+    assert correct.label_rates == {"honest": 0.0, "wrong": 1.0} and not correct(other.source)
+    slow = next(c for c in library.candidates if c.kind == "slow")
+    cheat = next(c for c in library.candidates if c.kind == "cheat")
+    assert correct(slow.source) and not correct(cheat.source)
 
 
 def test_command_writes_its_report(tmp_path) -> None:
