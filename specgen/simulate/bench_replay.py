@@ -29,7 +29,8 @@ def _traces(data: dict[str, Any]):
     return generated_problems(len(names), turns, seed, names, langs)
 
 
-def replay(path: Path, seed: int = 0) -> dict[str, Any]:
+def replay(path: Path, seed: int = 0, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Predicted beside measured, per job and mode; `settings`: RuntimeSettings overrides (a what-if)."""
     data = load_bench(path)
     cfg = data["config"]
     service = ServiceTimes.from_bench(path)
@@ -60,7 +61,8 @@ def replay(path: Path, seed: int = 0) -> dict[str, Any]:
                 eval_gpus=workers, reasoning_engines=len(plans), elastic=mode == "specgen",
                 hours=None, seed=seed, timing=timing, speed=cfg["speed"],
                 turns=len(batch[0].trace.iterations), best_of_n=cfg.get("best_of_n", 4),
-                target_speedup=cfg.get("target_speedup"), restart_jobs=False), service, bank, plans)
+                target_speedup=cfg.get("target_speedup"), restart_jobs=False,
+                settings=dict(settings or {})), service, bank, plans)
             r = sim.run()
             # As the bench measures it: the evaluations that reached a verdict (cancelled work is
             # not in its intervals).

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "print predicted vs measured")
     p.add_argument("--timing", action="append", default=[], metavar="NAME=VALUE",
                    help="timing model override (specgen/engines/timing_model.py)")
+    p.add_argument("--spare-processes", type=int, default=None,
+                   help="runner processes each worker keeps started ahead (the runtime setting "
+                        "spare_processes; default: its default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="folder for results.json, report.md, plots")
     p.set_defaults(func=run)
@@ -43,8 +46,11 @@ def run(args: argparse.Namespace) -> int:
     from specgen.simulate.model import ServiceTimes
     from specgen.simulate.workload import bench_problems, build
 
+    if args.spare_processes is not None and args.spare_processes < 0:
+        raise UsageError(f"--spare-processes must be >= 0, got {args.spare_processes}")
+    settings = {} if args.spare_processes is None else {"spare_processes": args.spare_processes}
     if args.replay_bench:
-        result = replay(args.replay_bench, seed=args.seed)
+        result = replay(args.replay_bench, seed=args.seed, settings=settings)
         text = table(result)
         print(text)
         if args.out:
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     sim = build(args.gpus, args.jobs, service, eval_fraction=args.eval_fraction,
                 eval_gpus=args.eval_gpus, elastic=args.elastic, hours=args.hours, seed=args.seed,
                 mode=args.mode, timing=TimingModel.from_overrides(args.timing),
-                problems=bench_problems(args.from_bench), turns=args.turns)
+                problems=bench_problems(args.from_bench), turns=args.turns, settings=settings)
     result = sim.run()
     print(report.markdown(result))
     if args.out:

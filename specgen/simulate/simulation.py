@@ -17,6 +17,8 @@ through the loop's own termination criterion.
 """
 from __future__ import annotations
 
+import collections
+
 import math
 import random
 import statistics
@@ -353,7 +355,8 @@ class Simulation:
         self.queue_plans = list(jobs)
         self.next_job = 0
         self.assignments: dict[bytes, tuple[AssignWork, float, Any]] = {}   # worker -> (work, started wall, timer)
-        self.spare_ready: dict[bytes, float] = {}    # worker -> when its spare runner is ready (virtual s)
+        # worker -> when each of its spare runners is ready (virtual s), oldest first
+        self.spares: dict[bytes, collections.deque[float]] = {}
         # (worker, pool, start, end, completed: not cancelled)
         self.busy: list[tuple[str, str, float, float, bool]] = []
         self.verdicts: dict[tuple[str, str, str], int] = {}    # (job, cand, stage) -> count
@@ -417,12 +420,18 @@ class Simulation:
         sub = work.submission
         program = program_key(sub.candidate_source)
         dt = self.service.sample(sub.problem_name, work.stage, self.eval_rng, program)
-        # The worker's spare runner: each take waits for it if it is still starting and starts its
-        # replacement (EvalWorker keeps one spare and replaces it when it is taken).
+        # The worker's spare runners (setting spare_processes): each take gets the oldest, waits
+        # for it if it is still starting, and starts its replacement, as EvalWorker does.
         take = self.clock.now()
+        count = self.core.settings.spare_processes
+        spares = self.spares.setdefault(peer, collections.deque([take] * count))
         for _ in range(self.service.runners_taken(sub.problem_name, work.stage, program, self.eval_rng)):
-            take = max(take, self.spare_ready.get(peer, take))
-            self.spare_ready[peer] = take + self.service.runner_startup(self.eval_rng)
+            if spares:
+                take = max(take, spares.popleft())
+            else:
+                take += self.service.runner_startup(self.eval_rng)   # no spares: start-up in line
+            if count:
+                spares.append(take + self.service.runner_startup(self.eval_rng))
         dt += take - self.clock.now()
         started = self.clock.wall()
         pool = self.core.workers[peer].pool

@@ -196,3 +196,21 @@ def test_command_writes_its_report(tmp_path) -> None:
     r = json.loads((out / "results.json").read_text())
     assert r["eval_gpus"] == 2 and (out / "report.md").is_file() and (out / "utilization.png").is_file()
     assert main(["simulate", "--gpus", "4"]) == 2     # no service times: refused, none assumed
+
+
+def test_more_spare_processes_wait_less() -> None:
+    """The what-if of the runtime setting spare_processes: with two spares a worker's second
+    quick take finds one ready; with none, every take starts a runner in line."""
+    times = service(validate=1.0)
+    times.durations = {p: {"validate": [1.0], "profile": [1.0]} for p in PROBLEMS}
+    times.runner_startup_s = [30.0]
+    times.takes_runner = {p: [True] for p in PROBLEMS}
+    lat = {n: run(times=times, hours=0.1, eval_gpus=1, settings={"spare_processes": n})[1]
+           ["feedback_latency_s"]["p50"] for n in (0, 1, 2)}
+    assert lat[2] < lat[1] < lat[0]
+
+
+def test_spare_processes_must_not_be_negative(tmp_path) -> None:
+    from specgen.cli import main
+
+    assert main(["simulate", "--from-bench", _bench_file(tmp_path), "--spare-processes", "-1"]) == 2
