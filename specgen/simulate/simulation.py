@@ -18,7 +18,6 @@ through the loop's own termination criterion.
 from __future__ import annotations
 
 import collections
-
 import math
 import random
 import statistics
@@ -549,8 +548,8 @@ class Simulation:
         jobs = [{"job": j.id, "problem": j.plan.problem, "mode": j.plan.mode, "status": j.status,
                  "end_to_end_s": j.finished - j.started, "profiled": j.profiled,
                  "candidates": len(j.candidates), "best_speedup": j.best,
-                 # programs no measured evaluation covers: judged by their library label, timed by
-                 # their problem's evaluations
+                 # programs no measured evaluation covers: correct at their label's measured rate,
+                 # timed by their problem's evaluations
                  "unmeasured": sum(c["fp"] not in self.service.program_durations for c in j.candidates.values()),
                  "iterations": j.iteration}
                 for j in self.done_jobs]
