@@ -19,6 +19,8 @@ def markdown(r: dict[str, Any], title: str = "specgen simulate") -> str:
         f"engine(s), {r['simulated_s'] / 3600:.3g} simulated hours in {r['real_s']:.1f} s real time.", "",
         "| figure | value |", "| --- | --- |",
         f"| utilization, all evaluation GPUs (busy worker-s / available) | {_f(u['all'])} |",
+        f"| of the busy worker-s, waiting for a runner process to start | "
+        f"{_f(r['runner_wait_s'] / busy if (busy := sum(r['busy_s'].values())) else None)} |",
         f"| utilization, validation pool (scheduler's measure) | {_f(u['validate_core'])} |",
         f"| utilization, profiling pool (scheduler's measure) | {_f(u['profile_core'])} |",
         f"| busy share while work waits | {_f(u['busy_while_waiting'])} (over {u['waiting_s']:.0f} s queued) |",

@@ -356,6 +356,7 @@ class Simulation:
         self.assignments: dict[bytes, tuple[AssignWork, float, Any]] = {}   # worker -> (work, started wall, timer)
         # worker -> when each of its spare runners is ready (virtual s), oldest first
         self.spares: dict[bytes, collections.deque[float]] = {}
+        self.runner_wait_s = 0.0      # of the busy worker-seconds: waiting for a runner to start
         # (worker, pool, start, end, completed: not cancelled)
         self.busy: list[tuple[str, str, float, float, bool]] = []
         self.verdicts: dict[tuple[str, str, str], int] = {}    # (job, cand, stage) -> count
@@ -431,6 +432,7 @@ class Simulation:
                 take += self.service.runner_startup(self.eval_rng)   # no spares: start-up in line
             if count:
                 spares.append(take + self.service.runner_startup(self.eval_rng))
+        self.runner_wait_s += take - self.clock.now()
         dt += take - self.clock.now()
         started = self.clock.wall()
         pool = self.core.workers[peer].pool
@@ -565,7 +567,7 @@ class Simulation:
                 "validate_core": stats.validate.utilization, "profile_core": stats.profile.utilization,
                 "busy_while_waiting": stats.busy_while_waiting, "waiting_s": stats.waiting_s,
             },
-            "busy_s": per_pool, "completed_busy_s": completed_busy,
+            "busy_s": per_pool, "completed_busy_s": completed_busy, "runner_wait_s": self.runner_wait_s,
             "feedback_latency_s": {"p50": q(lat, 0.5), "p95": q(lat, 0.95), "n": len(lat)},
             "feedback_latencies": lat,
             "jobs_finished": len(jobs), "jobs_running": len(self.jobs),
