@@ -171,17 +171,17 @@ class ServiceTimes:
 def runner_startups(takes_per_worker) -> list[float]:
     """Replacement-runner start-up times, from each worker's runner takes in time order.
 
-    A worker keeps one spare runner and starts its replacement when it takes it (at the take: the
-    evaluation's start plus its build). When the next take waited (spare_wait > 0), the replacement
+    A worker keeps one spare runner (spare_processes' default, which the bench runs with) and
+    starts its replacement when it takes it (at the take: the evaluation's start plus its build). When the next take waited (spare_wait > 0), the replacement
     became ready at that take plus the wait, which gives its start-up time exactly; a take that did
     not wait only bounds it, and is left out, as is a pair where either evaluation took a second
     runner for a reference timing (when that replacement started, or which wait was whose, is not
     recorded)."""
+    def take_at(e: dict[str, Any]) -> float:
+        return float(e["started_at"]) + float((e.get("stage_seconds") or {}).get("build", 0.0))
+
     out = []
     for takes in takes_per_worker:
-        def take_at(e: dict[str, Any]) -> float:
-            return float(e["started_at"]) + float((e.get("stage_seconds") or {}).get("build", 0.0))
-
         ordered = sorted(takes, key=take_at)
         for previous, current in zip(ordered, ordered[1:]):
             if "reference" in previous["stage_seconds"] or "reference" in current["stage_seconds"]:
