@@ -41,6 +41,7 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     stage_seconds: dict[str, float] = {}    # wall time per stage: compile, correctness, timing, ...
     ref_cached: bool = False                # ref_ms came from the per-problem reference-timing cache
     floor_ms: float | None = None           # physical floor of the problem on this device, when known
+    overhead_ms: float | None = None        # per-call overhead the judge subtracted from both times
     notes: list[str] = []                   # checks skipped and why (e.g. no second shape possible)
     sandbox: str = "none"                   # how the run was isolated: "namespaces" | "none"
 
@@ -74,49 +75,53 @@ class CandidateUpdate(msgspec.Struct, kw_only=True, gc=False):
 
 
 # --------------------------------------------------------------------------- evaluation runners
-# Frames between an evaluation worker and the runner and build subprocesses it starts
-# (specgen/eval/evaluator.py, runner.py). They never leave the host: length-prefixed over a pipe pair
-# (specgen/eval/protocol.py), one job in and one result out per process.
+# Frames between an evaluation worker (the judge, specgen/eval/judge.py) and the processes it forks
+# from its template (specgen/eval/template.py): a reference runner, candidate runners, build
+# runners. They never leave the host: length-limited packets over a SOCK_SEQPACKET socket pair
+# (specgen/eval/protocol.py). Requests form one tagged union, replies another; decoding is strict.
+# Nothing a runner replies is believed beyond what the judge checks: see docs/evaluation.md.
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
-TIMING_METHOD = "m2"
+TIMING_METHOD = "j1"
 
 
-class EvalOptions(msgspec.Struct, kw_only=True, frozen=True):
+class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """How to validate and profile a candidate. Defaults follow KernelBench where it is sound."""
 
     # --- correctness
-    trials: int = 5                         # correctness trials, each with a fresh seed
-    seed: int | None = None                 # base seed; None draws a fresh one per evaluation
+    trials: int = 5                         # correctness trials, each with fresh inputs, compared in full
+    seed: int | None = None                 # base of every trial seed; None draws fresh ones per evaluation
     atol: float | None = None               # override the per-dtype absolute tolerance
     rtol: float | None = None               # override the per-dtype relative tolerance
-    second_shape: bool = True               # re-run on perturbed input shapes when the problem allows it
+    second_shape: bool = True               # a trial on other input shapes when the problem allows it
     randomized_params: bool = True          # a trial with random parameters loaded into both models
 
     # --- profiling
-    warmup: int = 3                         # untimed calls before the timed ones
-    timing_trials: int = 50                 # timed calls; the first is dropped
-    input_sets: int = 4                     # distinct input sets rotated through the timed calls
-    l2_flush_mb: int = 256                  # buffer overwritten before each timed call
+    warmup: int = 3                         # timed calls whose times are not used
+    timing_trials: int = 50                 # timed calls, each on fresh inputs; the first is dropped
+    overhead_trials: int = 15               # calls of nothing, timed the same way (the overhead)
+    checked_timed_trials: int = 2           # timed calls whose whole output is also compared
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
     cache_ref_timing: bool = True           # reuse the reference's timing per problem/device/settings
-    floor_check: bool = True                # flag speedups beyond the memory-bandwidth/compute floor
+    floor_check: bool = True                # flag times below the memory-bandwidth/compute floor
     peak_bandwidth_gbs: float | None = None  # override the device's peak memory bandwidth (GB/s)
     peak_tflops: float | None = None        # override the device's peak rate for the problem's dtype
 
     # --- limits
-    timeout_s: float = 300.0                # wall clock for one candidate's run subprocess
+    timeout_s: float = 300.0                # wall clock for one candidate's evaluation
     build_timeout_s: float = 900.0          # wall clock for one candidate's extension build
-    spawn_timeout_s: float = 120.0          # a spare process must be ready within this
-    memory_limit_mb: int = 8192             # host memory a candidate may add on top of the runner's
-    gpu_memory_fraction: float = 0.9        # share of the GPU's memory the runner may allocate
+    spawn_timeout_s: float = 120.0          # a runner must be ready within this
+    memory_limit_mb: int = 8192             # host memory a run's process tree may add after start-up
+    build_memory_mb: int = 16384            # host memory a build's process tree may use
+    gpu_memory_fraction: float = 0.9        # share of the GPU's memory a runner may allocate
 
-    # --- isolation (eval/sandbox.py)
+    # --- isolation (eval/sandbox.py, eval/containment.py)
     sandbox: str = "required"               # "required": refuse candidates where no sandbox can be
     #                                         made; "optional": run them unsandboxed there (labelled
     #                                         sandbox "none"); "off": never sandbox (trusted code only)
-    scratch_mb: int = 1024                  # size of a sandboxed run's private /tmp
-    max_processes: int = 512                # processes and threads a sandboxed run may have
+    scratch_mb: int = 1024                  # size of a run's private /tmp
+    build_scratch_mb: int = 4096            # size of a build's private /tmp (its only writable place)
+    max_processes: int = 512                # processes and threads a run's tree may have
 
     # --- where
     cache_dir: str | None = None            # shared build and reference-timing cache; None: work_dir/cache
@@ -130,59 +135,195 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True):
     def timing_key(self) -> str:
         """The settings a reference timing depends on (part of its cache key)."""
         # TIMING_METHOD: a timing taken by an older method is never reused.
-        return (f"{TIMING_METHOD}-w{self.warmup}-t{self.timing_trials}-s{self.input_sets}-l2{self.l2_flush_mb}"
+        return (f"{TIMING_METHOD}-w{self.warmup}-t{self.timing_trials}-o{self.overhead_trials}"
                 f"-c{int(self.compile_baseline)}")
-
-
-class RunnerReady(msgspec.Struct, kw_only=True):
-    """First frame of every runner: imports done, device context live."""
-
-    pid: int                                # the runner's os.getpid() (its PID namespace's, when sandboxed)
-    device: str                             # device as the runner sees it ("cpu" or "cuda:0")
-    device_name: str                        # e.g. "NVIDIA H200" or the CPU model
-    capability: str = ""                    # CUDA compute capability "9.0"; "" on CPU
-    torch_version: str = ""                 # torch.__version__ (part of cache keys)
-    triton_version: str = ""                # triton.__version__, "" without Triton
-    startup_s: float = 0.0                  # interpreter start to ready
 
 
 class RefTiming(msgspec.Struct, kw_only=True):
     """A reference timing, cached per problem source, device and timing settings."""
 
-    ref_ms: float                           # median time of the reference Model
+    ref_ms: float                           # median time of the reference Model, overhead subtracted
     ref_spread: float                       # (p75 - p25) / median of its timings
-    ref_compiled_ms: float | None = None    # median time of torch.compile(Model), when asked for
+    ref_compiled_ms: float | None = None    # the same for torch.compile(Model), when asked for
     samples: int = 0                        # timed calls the median is taken over
+    overhead_ms: float = 0.0                # the overhead subtracted (calls of nothing, same path)
+    resolution_ms: float = 0.0              # the overhead's spread then: no finer time was resolved
 
 
-class RunJob(msgspec.Struct, kw_only=True):
-    """One candidate to evaluate, sent to a ready runner (which then exits)."""
+class ParamInfo(msgspec.Struct, kw_only=True, array_like=True):
+    """One parameter of a model, in `named_parameters()` order."""
 
-    stage: str                              # "validate" | "profile" | "full" | "reference"
+    name: str
+    shape: list[int]
+    numel: int
+
+
+class OutputMeta(msgspec.Struct, kw_only=True, array_like=True, omit_defaults=True):
+    """One leaf of a call's output (tensors and numbers, nested tuples/lists flattened)."""
+
+    kind: str                               # "tensor" | "number" | "other"
+    shape: list[int] = []                   # tensor: its shape
+    dtype: str = ""                         # tensor: e.g. "float32"
+    nbytes: int = 0                         # tensor: bytes of its data when contiguous
+    plain: bool = True                      # tensor: exactly torch.Tensor, no subclass
+    value: float | None = None              # number: its value
+    text: str = ""                          # other: type name
+
+
+class OutputSlot(msgspec.Struct, kw_only=True, array_like=True):
+    """Where one output tensor lies in the shared output buffer after a Ship."""
+
+    offset: int                             # byte offset in the buffer
+    nbytes: int
+    shape: list[int]
+    dtype: str
+
+
+# -- requests (judge -> runner)
+
+class LoadProblem(msgspec.Struct, kw_only=True, tag="load_problem"):
+    """Execute the problem's module and build Model(*get_init_inputs()) after `init_seed`."""
+
     problem_source: str                     # KernelBench-format reference program
     problem_name: str                       # for messages and the module's name
-    candidate_source: str                   # the ModelNew program ("" for stage "reference")
-    options: EvalOptions                    # how to validate and profile
-    reported_device: str                    # the device name verdicts carry ("cuda:1")
-    job_dir: str                            # scratch space for this candidate
-    cache_dir: str                          # shared build/timing cache
-    build_dir: str                          # this worker's own build directory
-    ref_timing: RefTiming | None = None     # cached reference timing, when there is one
+    scale: str                              # SPECGEN_PROBLEM_SCALE while the module executes
+    init_seed: int                          # seed both models are built after
 
 
-class RunResult(msgspec.Struct, kw_only=True):
-    """A runner's answer to its RunJob."""
+class LoadCandidate(msgspec.Struct, kw_only=True, tag="load_candidate"):
+    """Also execute the candidate's module and build ModelNew(*get_init_inputs())."""
 
-    verdict: Verdict                        # what the run found
-    ref_timing: RefTiming | None = None     # a reference timing measured by this run (to cache)
+    problem: LoadProblem                    # the candidate needs the problem's inputs
+    candidate_source: str                   # the ModelNew program
+    cache_dir: str                          # extension cache (read-only in a sandbox)
 
 
-class BuildJob(msgspec.Struct, kw_only=True):
-    """Execute a candidate's module once so that its load_inline extensions get built."""
+class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
+    """One call: make the inputs from `seed`, call the model, reply with the output's digest.
 
-    candidate_source: str                   # the ModelNew program whose extensions to build
-    cache_dir: str                          # shared build cache (read: what is built already)
-    build_dir: str                          # where this build compiles (its only writable path)
+    The digest of each output tensor is sum(output * W) in float64, W drawn from `digest_seed`
+    after the call: it proves the output existed when the reply was sent."""
+
+    index: int                              # echoed in the reply
+    seed: int                               # the inputs: get_inputs() after seeding with it
+    digest_seed: int                        # the random weights of the digest
+    shape: dict[str, int] = {}              # problem module constants changed for this call
+    refill_seed: int | None = None          # call once on `seed`, copy the inputs of this seed into
+    #                                         the same tensors, call again: the digest is the second's
+    null: bool = False                      # make the inputs and the digest, call nothing
+    compiled: bool = False                  # reference only: call torch.compile(Model)
+    bounds: bool = False                    # reference only: also the norm of the tolerance
+
+
+class Ship(msgspec.Struct, kw_only=True, tag="ship"):
+    """Copy the last trial's output tensors into the shared buffer (sent with its fd)."""
+
+    index: int                              # the trial whose output (must be the last one)
+
+
+class Compare(msgspec.Struct, kw_only=True, tag="compare"):
+    """Reference only: compute `trial` accurately and compare a candidate's shipped output with it
+    (the shared buffer is sent with its fd)."""
+
+    trial: Trial                            # the same trial the candidate ran
+    slots: list[OutputSlot]                 # where the candidate's output tensors lie
+    atol: float | None = None               # EvalOptions.atol
+    rtol: float | None = None               # EvalOptions.rtol
+
+
+class SetParams(msgspec.Struct, kw_only=True, tag="set_params"):
+    """Load random parameter values drawn from `seed` (None: put the initial ones back)."""
+
+    seed: int | None
+    reference: list[ParamInfo] = []         # candidate only: the reference's parameters to match
+
+
+class Build(msgspec.Struct, kw_only=True, tag="build"):
+    """Build runner: execute the candidate's module once so that its load_inline calls compile."""
+
+    candidate_source: str
+    cache_dir: str                          # what is built already (read-only)
+
+
+class ForkRunner(msgspec.Struct, kw_only=True, tag="fork"):
+    """To the template: fork a runner; sent with two fds: its channel's end and its log file."""
+
+    role: str                               # "reference" | "candidate" | "build"
+    scratch_mb: int                         # size of its private /tmp
+    max_processes: int                      # RLIMIT_NPROC of its tree
+    address_space_mb: int = 0               # RLIMIT_AS per process (where no cgroup limits the tree)
+    gpu_memory_fraction: float = 0.9        # share of the GPU's memory it may allocate
+
+
+class Proceed(msgspec.Struct, kw_only=True, tag="proceed"):
+    """To a runner's init, once the judge put it in its control group: start the runner."""
+
+
+RunnerRequest = (LoadProblem | LoadCandidate | Trial | Ship | Compare | SetParams | Build
+                 | ForkRunner | Proceed)
+
+
+# -- replies (runner -> judge)
+
+class RunnerReady(msgspec.Struct, kw_only=True, tag="ready"):
+    """First reply of every runner: imports done, device context live."""
+
+    role: str                               # "reference" | "candidate" | "build" | "template"
+    pid: int                                # os.getpid() as the runner sees it
+    device: str                             # device as the runner sees it ("cpu" or "cuda:0")
+    device_name: str                        # e.g. "NVIDIA H200" or the CPU model
+    capability: str = ""                    # CUDA compute capability "9.0"; "" on CPU
+    torch_version: str = ""                 # torch.__version__ (part of cache keys)
+    triton_version: str = ""                # triton.__version__, "" without Triton
+    startup_s: float = 0.0                  # fork to ready
+
+
+class ProblemLoaded(msgspec.Struct, kw_only=True, tag="problem_loaded"):
+    error: str | None = None                # why the problem (or the candidate) could not load
+    params: list[ParamInfo] = []            # the model's parameters
+    input_bytes: int = 0                    # bytes of one call's input tensors
+    param_bytes: int = 0                    # bytes of the model's parameters
+    half: bool = False                      # inputs are float16/bfloat16
+    flops: int | None = None                # the problem's get_flops(), when it has one
+    shape_constants: dict[str, int] = {}    # module ints read only by get_inputs (second shape)
+    builds: list["BuildRecord"] = []        # candidate: its load_inline calls
+    kernel_kinds: list[str] = []            # candidate: custom kernels its source claims
+
+
+class TrialDone(msgspec.Struct, kw_only=True, tag="trial_done", omit_defaults=True):
+    index: int
+    error: str | None = None                # the call (or making its inputs) raised
+    digests: list[float] = []               # one per output tensor, in output order
+    outputs: list[OutputMeta] = []
+    tol_norms: list[float] = []             # bounds: sqrt(sum((atol + rtol |r|)^2)) per tensor
+    launches: int = 0                       # candidate: custom-kernel launches during the call
+    kernel_errors: list[str] = []           # candidate: errors its kernels raised during the call
+
+
+class Shipped(msgspec.Struct, kw_only=True, tag="shipped"):
+    index: int
+    error: str | None = None
+    slots: list[OutputSlot] = []
+
+
+class Compared(msgspec.Struct, kw_only=True, tag="compared", omit_defaults=True):
+    """What the reference found comparing a shipped output with its accurate value."""
+
+    ok: bool = False
+    reason: str | None = None               # why not: the element exceeding its tolerance most
+    problem_error: str | None = None        # the reference itself raised on this trial
+    max_abs: float = 0.0                    # largest |candidate - accurate| over the outputs
+    max_rel: float = 0.0                    # that, relative to the accurate value's magnitude
+    digests: list[float] = []               # the reference's digests of this trial
+    tol_norms: list[float] = []             # as TrialDone.tol_norms
+    ref_error_norms: list[float] = []       # sqrt(sum((r - accurate)^2)): the reference's own error
+    accurate: str = ""                      # how the accurate value was computed
+    outputs: list[OutputMeta] = []          # the reference's outputs
+    half_ok: bool = False                   # the candidate passes at float16's tolerance
+
+
+class ParamsSet(msgspec.Struct, kw_only=True, tag="params_set"):
+    error: str | None = None                # e.g. the candidate's parameters do not line up
 
 
 class BuildRecord(msgspec.Struct, kw_only=True):
@@ -194,15 +335,37 @@ class BuildRecord(msgspec.Struct, kw_only=True):
     seconds: float = 0.0                    # compile time
     cached: bool = False                    # found in the cache, nothing compiled
     error: str | None = None                # the compiler's message when it failed
-    library: str = ""                       # path of the built library in the build directory
 
 
-class BuildResult(msgspec.Struct, kw_only=True):
-    """A build process's answer to its BuildJob (also the per-candidate build marker on disk)."""
+class BuiltLibrary(msgspec.Struct, kw_only=True):
+    """A library a build runner compiled, sent back whole (its scratch vanishes with it)."""
+
+    key: str
+    name: str
+    data: bytes
+
+
+class BuildResult(msgspec.Struct, kw_only=True, tag="built"):
+    """A build runner's answer (also the per-candidate build marker on disk, without libraries)."""
 
     records: list[BuildRecord] = []         # one per load_inline call, in call order
     module_error: str | None = None         # the module raised after (or without) its builds
     seconds: float = 0.0                    # wall time of the whole build
+    libraries: list[BuiltLibrary] = []      # what compiled, for the worker to publish
+
+
+class RunnerStarted(msgspec.Struct, kw_only=True, tag="started"):
+    """A runner's init, first thing after the fork: the kernel tells the judge its pid."""
+
+
+class RunnerExited(msgspec.Struct, kw_only=True, tag="exited"):
+    """A runner's init, after the runner ended (the last message on the channel)."""
+
+    status: int                             # its exit code, or 128 + the signal that killed it
+
+
+RunnerReply = (RunnerReady | ProblemLoaded | TrialDone | Shipped | Compared | ParamsSet
+               | BuildResult | RunnerStarted | RunnerExited)
 
 
 # --------------------------------------------------------------------------- optimize

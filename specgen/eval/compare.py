@@ -1,148 +1,268 @@
-"""Comparing a candidate's outputs with the reference's.
+"""Comparing a candidate's output with an accurate reference value (in the reference runner).
 
-A trial passes only when, for every output tensor:
-* the structure, shape and dtype match and the output is a plain `torch.Tensor`;
-* every candidate value is finite (NaN and Inf never pass, not even where the reference has them);
-* `|c - r| <= atol + rtol * |r|` elementwise, with the tolerance of the reference's dtype
-  (fp32 1e-4/1e-4, fp16/bf16 1e-2/1e-2, as KernelBench);
-* `max|c - r| / max|r| <= 10 * rtol`: an error relative to the reference's magnitude, so that
-  outputs near zero cannot pass by the absolute tolerance alone (returning zeros for outputs of
-  size 1e-5 passes `allclose` but gives a relative error of 1).
+The reference value is the problem's Model computed in float64 (model and floating inputs cast;
+`accurate_outputs`), where the model allows it, else in float32 with TF32 off; the problem as
+written (its dtypes, torch's default settings, cuDNN's TF32 for convolutions among them) is the
+reference that is timed and whose own error the tolerance allows for. Per element, with r* the
+accurate value and r the problem as written:
 
-When a trial fails but would pass at fp16's tolerance, the failure is reported as a likely
-precision downgrade (the `precision` flag) rather than a plain mismatch.
+    |c - r*| <= atol + rtol * |r*| + |r - r*|
+
+(atol = rtol = 1e-4 for float32 and float64 outputs, 1e-2 for float16 and bfloat16, as
+KernelBench; `EvalOptions.atol`/`rtol` override). So a candidate at least as accurate as the
+problem's own computation passes, a rewrite closer to float64 than the float32 reference passes,
+and a candidate that lowered precision beyond the problem's fails. Also:
+
+* structure, shape and dtype match, and every value is finite (NaN and Inf never pass);
+* `max|c - r*| / max|r*| <= 10 rtol + max|r - r*| / max|r*|`: outputs near zero cannot pass on the
+  absolute tolerance alone (zeros for outputs of size 1e-5 pass `allclose` but are all wrong);
+* integer and boolean outputs equal the problem's exactly.
+
+A failure names the element that exceeds its tolerance by the most (index, value, accurate value,
+tolerance), and says when the output would pass at float16's tolerance (a precision downgrade?).
+Work is done in chunks of float64, so comparing a GPU-sized output needs little extra memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 # dtype name -> (atol, rtol)
-_TOLERANCES: dict[str, tuple[float, float]] = {
+TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-4, 1e-4), "float64": (1e-4, 1e-4),
     "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2),
 }
-_HALF_TOLERANCE = (1e-2, 1e-2)
+HALF_TOLERANCE = (1e-2, 1e-2)
 REL_BOUND_FACTOR = 10.0
-
-
-@dataclass
-class Comparison:
-    ok: bool
-    reason: str | None = None              # why it failed, for the verdict's error
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    precision_suspect: bool = False        # fails its tolerance, passes fp16's
-    subclass: str | None = None            # type name when an output is a tensor subclass
+_CHUNK = 1 << 24                # elements per float64 chunk
 
 
 def tolerance_for(dtype: Any, atol: float | None = None, rtol: float | None = None
                   ) -> tuple[float, float]:
-    base = _TOLERANCES.get(str(dtype).replace("torch.", ""), (1e-4, 1e-4))
+    base = TOLERANCES.get(str(dtype).replace("torch.", ""), (1e-4, 1e-4))
     return (base[0] if atol is None else atol, base[1] if rtol is None else rtol)
 
 
-def flatten(output: Any) -> list[Any]:
-    """Outputs as a flat list (a tensor, or nested tuples/lists of tensors and numbers)."""
-    if isinstance(output, (tuple, list)):
-        return [leaf for item in output for leaf in flatten(item)]
-    return [output]
+@dataclass
+class TensorComparison:
+    ok: bool
+    reason: str | None = None
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    tol_norm: float = 0.0           # sqrt(sum((atol + rtol |r*| + |r - r*|)^2))
+    ref_error_norm: float = 0.0     # sqrt(sum((r - r*)^2))
+    half_ok: bool = False
 
 
-def compare(candidate: Any, reference: Any, atol: float | None = None,
-            rtol: float | None = None) -> Comparison:
-    import torch
+@dataclass
+class OutputComparison:
+    ok: bool = True
+    reason: str | None = None
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    tol_norms: list[float] = field(default_factory=list)
+    ref_error_norms: list[float] = field(default_factory=list)
+    half_ok: bool = True
 
-    cand, ref = flatten(candidate), flatten(reference)
+
+def _cast_input(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.to(torch.float64)
+    return x
+
+
+class AccurateModel:
+    """The problem's model as an accurate reference: a float64 copy where it runs, else the
+    model itself in float32 with TF32 off. Rebuilt after its parameters change."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self._wide: Any = None
+        self.how = ""
+
+    def invalidate(self) -> None:
+        self._wide = None
+
+    def outputs(self, inputs: list[Any]) -> list[Any]:
+        from specgen.eval.calls import flatten
+
+        if self.how in ("", "float64"):
+            try:
+                if self._wide is None:
+                    self._wide = copy.deepcopy(self.model).to(torch.float64) \
+                        if isinstance(self.model, torch.nn.Module) else self.model
+                with torch.no_grad():
+                    out = flatten(self._wide(*[_cast_input(x) for x in inputs]))
+                self.how = "float64"
+                return out
+            except Exception as exc:  # noqa: BLE001 - some models do not run in float64
+                self._wide = None
+                self.how = (f"float32 without TF32 (float64 failed: {type(exc).__name__}: "
+                            f"{str(exc)[:120]})")
+        with no_tf32(), torch.no_grad():
+            return flatten(self.model(*inputs))
+
+
+class no_tf32:
+    """TF32 off for matmuls and convolutions while the block runs (settings put back after)."""
+
+    def __enter__(self) -> None:
+        self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                      torch.get_float32_matmul_precision())
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+
+    def __exit__(self, *exc: object) -> None:
+        matmul, cudnn, precision = self.saved
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+        torch.set_float32_matmul_precision(precision)
+
+
+def tol_norm(r: Any, atol: float | None, rtol: float | None) -> float:
+    """sqrt(sum((atol + rtol |r|)^2)) over a tensor's elements (0 for non-float outputs)."""
+    if not isinstance(r, torch.Tensor) or not (r.is_floating_point() or r.is_complex()):
+        return 0.0
+    a_tol, r_tol = tolerance_for(r.dtype, atol, rtol)
+    flat = r.detach().reshape(-1)
+    total = 0.0
+    for start in range(0, flat.numel(), _CHUNK):
+        chunk = flat[start:start + _CHUNK].to(torch.float64).abs()
+        total += float(((a_tol + r_tol * chunk) ** 2).sum())
+    return math.sqrt(total)
+
+
+def compare_outputs(cand: list[Any], ref: list[Any], accurate: list[Any],
+                    atol: float | None = None, rtol: float | None = None) -> OutputComparison:
+    """Compare flattened outputs (see the module doc). `cand` tensors must be on the device."""
+    result = OutputComparison()
     if len(cand) != len(ref):
-        return Comparison(False, f"returned {len(cand)} outputs, the reference returns {len(ref)}")
-    result = Comparison(True)
-    for index, (c, r) in enumerate(zip(cand, ref)):
+        return OutputComparison(False, f"returned {len(cand)} outputs, the reference returns "
+                                       f"{len(ref)}", half_ok=False)
+    for index, (c, r, star) in enumerate(zip(cand, ref, accurate)):
         label = f"output {index}" if len(ref) > 1 else "output"
         if isinstance(r, torch.Tensor):
             if not isinstance(c, torch.Tensor):
-                return Comparison(False, f"{label} is {type(c).__name__}, expected a tensor")
-            if type(c) is not torch.Tensor:
-                return Comparison(False, f"{label} is a {type(c).__name__}, not a plain tensor",
-                                  subclass=type(c).__name__)
-            one = _compare_tensor(c, r, label, atol, rtol)
+                return OutputComparison(False, f"{label} is {type(c).__name__}, expected a tensor",
+                                        half_ok=False)
+            one = compare_tensor(c, r, star if isinstance(star, torch.Tensor) else r, label,
+                                 atol, rtol)
         else:
-            one = _compare_scalar(c, r, label, atol, rtol)
+            one = _compare_number(c, r, label, atol, rtol)
         result.max_abs = max(result.max_abs, one.max_abs)
         result.max_rel = max(result.max_rel, one.max_rel)
-        if not one.ok:
-            one.max_abs, one.max_rel = result.max_abs, result.max_rel
-            return one
+        result.tol_norms.append(one.tol_norm)
+        result.ref_error_norms.append(one.ref_error_norm)
+        result.half_ok = result.half_ok and one.half_ok
+        if not one.ok and result.ok:
+            result.ok, result.reason = False, one.reason
     return result
 
 
-def _compare_tensor(c: Any, r: Any, label: str, atol: float | None, rtol: float | None
-                    ) -> Comparison:
-    import torch
-
+def compare_tensor(c: Any, r: Any, star: Any, label: str, atol: float | None,
+                   rtol: float | None) -> TensorComparison:
     if tuple(c.shape) != tuple(r.shape):
-        return Comparison(False, f"{label} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
+        return TensorComparison(False, f"{label} has shape {tuple(c.shape)}, expected "
+                                       f"{tuple(r.shape)}")
     if c.dtype != r.dtype:
-        return Comparison(False, f"{label} has dtype {c.dtype}, expected {r.dtype}")
-    if c.device != r.device:
-        return Comparison(False, f"{label} is on {c.device}, expected {r.device}")
-    if not (c.is_floating_point() or c.is_complex()):
+        return TensorComparison(False, f"{label} has dtype {str(c.dtype)[6:]}, expected "
+                                       f"{str(r.dtype)[6:]}")
+    if r.is_complex():
+        c, r, star = torch.view_as_real(c), torch.view_as_real(r), torch.view_as_real(star)
+    if not r.is_floating_point():
         same = bool(torch.equal(c, r))
-        diff = 0.0 if same else float((c.long() - r.long()).abs().max())
-        return Comparison(same, None if same else f"{label} differs (integer, max diff {diff})",
-                          max_abs=diff, max_rel=0.0 if same else 1.0)
+        if same:
+            return TensorComparison(True, half_ok=True)
+        diff = (c.to(torch.int64) - r.to(torch.int64)).abs()
+        worst = int(diff.reshape(-1).argmax())
+        return TensorComparison(False, f"{label} differs (integer): at {_index(worst, r.shape)} "
+                                       f"got {int(c.reshape(-1)[worst])}, expected "
+                                       f"{int(r.reshape(-1)[worst])}",
+                                max_abs=float(diff.max()), max_rel=1.0)
     if c.numel() == 0:
-        return Comparison(True)
-    # fp32 arithmetic is exact enough for these tolerances and halves the memory of fp64 on
-    # GPU-sized outputs; fp64 outputs stay fp64.
-    wide = torch.float64 if r.dtype == torch.float64 else torch.float32
-    c64, r64 = c.detach().to(wide), r.detach().to(wide)
-    finite = torch.isfinite(c64)
-    if not bool(finite.all()):
-        bad = int((~finite).sum())
-        return Comparison(False, f"{label} has {bad} NaN/Inf values", max_abs=float("inf"),
-                          max_rel=float("inf"))
-    if not bool(torch.isfinite(r64).all()):
-        return Comparison(False, f"the reference's {label} has NaN/Inf values: the problem's "
-                                 "inputs do not give a comparable result", max_abs=float("inf"),
-                          max_rel=float("inf"))
+        return TensorComparison(True, half_ok=True)
     a_tol, r_tol = tolerance_for(r.dtype, atol, rtol)
-    diff = (c64 - r64).abs()
-    max_abs = float(diff.max())
-    # Relative to the reference's own magnitude, however small; only an all-zero reference
-    # (no magnitude at all) falls back to the absolute tolerance.
-    scale = float(r64.abs().max()) or a_tol
+    half_a, half_r = HALF_TOLERANCE
+    cf, rf, sf = c.detach().reshape(-1), r.detach().reshape(-1), star.detach().reshape(-1)
+    max_abs = max_ref_err = scale = 0.0
+    tol_sq = err_sq = 0.0
+    bad = 0
+    worst_excess, worst_at = -math.inf, -1
+    within_half = True
+    for start in range(0, cf.numel(), _CHUNK):
+        cc = cf[start:start + _CHUNK].to(torch.float64)
+        ss = sf[start:start + _CHUNK].to(torch.float64)
+        ref_err = (rf[start:start + _CHUNK].to(torch.float64) - ss).abs()
+        finite = torch.isfinite(cc)
+        if not bool(finite.all()):
+            bad += int((~finite).sum())
+            continue
+        diff = (cc - ss).abs()
+        tol = a_tol + r_tol * ss.abs() + ref_err
+        excess = diff - tol
+        at = int(excess.argmax())
+        if float(excess[at]) > worst_excess:
+            worst_excess, worst_at = float(excess[at]), start + at
+        max_abs = max(max_abs, float(diff.max()))
+        max_ref_err = max(max_ref_err, float(ref_err.max()))
+        scale = max(scale, float(ss.abs().max()))
+        tol_sq += float((tol * tol).sum())
+        err_sq += float((ref_err * ref_err).sum())
+        if within_half:
+            within_half = bool((diff <= half_a + half_r * ss.abs() + ref_err).all())
+        del cc, ss, ref_err, diff, tol, excess
+    if bad:
+        return TensorComparison(False, f"{label} has {bad} NaN/Inf values", max_abs=math.inf,
+                                max_rel=math.inf)
+    scale = scale or a_tol
     max_rel = max_abs / scale
-    within = bool((diff <= a_tol + r_tol * r64.abs()).all())
-    rel_ok = max_rel <= REL_BOUND_FACTOR * r_tol
-    if within and rel_ok:
-        return Comparison(True, max_abs=max_abs, max_rel=max_rel)
-    half_a, half_r = _HALF_TOLERANCE
-    precision_suspect = (r_tol < half_r and bool((diff <= half_a + half_r * r64.abs()).all())
-                         and max_rel <= REL_BOUND_FACTOR * half_r)
-    if not within:
-        worst = int(diff.argmax())
-        reason = (f"{label} mismatch: max abs error {max_abs:.3g} (atol {a_tol:g}, rtol {r_tol:g}); "
-                  f"at flat index {worst} got {float(c64.flatten()[worst]):.6g}, expected "
-                  f"{float(r64.flatten()[worst]):.6g}")
-    else:
-        reason = (f"{label} error {max_rel:.3g} relative to the reference's magnitude "
-                  f"{scale:.3g} exceeds {REL_BOUND_FACTOR * r_tol:g}")
-    return Comparison(False, reason, max_abs=max_abs, max_rel=max_rel,
-                      precision_suspect=precision_suspect)
+    rel_limit = REL_BOUND_FACTOR * r_tol + max_ref_err / scale
+    result = TensorComparison(True, max_abs=max_abs, max_rel=max_rel, tol_norm=math.sqrt(tol_sq),
+                              ref_error_norm=math.sqrt(err_sq),
+                              half_ok=within_half and max_rel <= REL_BOUND_FACTOR * half_r)
+    if worst_excess > 0:
+        got, want = float(cf[worst_at]), float(sf[worst_at])
+        allowed = a_tol + r_tol * abs(want) + abs(float(rf[worst_at]) - want)
+        result.ok = False
+        result.reason = (f"{label} mismatch: at {_index(worst_at, r.shape)} got {got:.6g}, "
+                         f"expected {want:.6g} (error {abs(got - want):.3g} over its tolerance "
+                         f"{allowed:.3g}: atol {a_tol:g}, rtol {r_tol:g} and the problem's own "
+                         f"error there); max abs error {max_abs:.3g}")
+    elif max_rel > rel_limit:
+        result.ok = False
+        result.reason = (f"{label} error {max_rel:.3g} relative to the reference's magnitude "
+                         f"{scale:.3g} exceeds {rel_limit:.3g}")
+    if not result.ok and result.half_ok and r_tol < half_r:
+        result.reason = f"{result.reason}; it would pass at float16's tolerance (precision lowered?)"
+    return result
 
 
-def _compare_scalar(c: Any, r: Any, label: str, atol: float | None, rtol: float | None
-                    ) -> Comparison:
-    import math
-
+def _compare_number(c: Any, r: Any, label: str, atol: float | None, rtol: float | None
+                    ) -> TensorComparison:
     if isinstance(r, (int, float)) and isinstance(c, (int, float)) and not isinstance(c, bool):
         if not math.isfinite(float(c)):
-            return Comparison(False, f"{label} is {c}", max_abs=float("inf"), max_rel=float("inf"))
+            return TensorComparison(False, f"{label} is {c}", max_abs=math.inf, max_rel=math.inf)
         a_tol, r_tol = tolerance_for("float32", atol, rtol)
         diff = abs(float(c) - float(r))
         ok = diff <= a_tol + r_tol * abs(float(r))
-        return Comparison(ok, None if ok else f"{label} is {c}, expected {r}", max_abs=diff,
-                          max_rel=diff / max(abs(float(r)), a_tol))
+        return TensorComparison(ok, None if ok else f"{label} is {c}, expected {r}", max_abs=diff,
+                                max_rel=diff / max(abs(float(r)), a_tol), half_ok=ok)
     ok = c == r
-    return Comparison(bool(ok), None if ok else f"{label} is {c!r}, expected {r!r}")
+    return TensorComparison(bool(ok), None if ok else f"{label} is {c!r}, expected {r!r}",
+                            half_ok=bool(ok))
+
+
+def _index(flat: int, shape: Any) -> str:
+    dims = list(shape)
+    if not dims:
+        return "the only element"
+    coords = []
+    for size in reversed(dims):
+        coords.append(flat % size if size else 0)
+        flat //= size if size else 1
+    return "index [" + ", ".join(str(i) for i in reversed(coords)) + "]"

@@ -1,12 +1,18 @@
-"""`EvalWorker`: evaluates candidates on one device, each in a fresh runner subprocess.
+"""`EvalWorker`: evaluates candidates on one device; the judge of each verdict.
 
-A worker owns a device ("cpu" or "cuda:N"), a work directory, and a pool of spare runners that
-already imported torch and hold a CUDA context. `run()` checks the sources statically, builds
-`load_inline` extensions in a separate CPU-side build process (skipped when the shared cache has
-them), hands the job to a spare runner, watches it (deadline, memory, cancel) and returns its
-verdict; a runner that crashes, hangs or blows its memory costs that candidate only. The
-reference's timing is cached per problem source, device and timing settings, so it is measured
-once per problem, not once per candidate.
+A worker owns a device ("cpu" or "cuda:N"), a work directory and a template process (imports done,
+no CUDA context) from which it forks, inside the sandbox:
+
+* one **reference runner** per problem it is evaluating (kept while candidates of that problem
+  come; it holds the problem's reference and computes its accurate values);
+* a **candidate runner** per candidate, started ahead of need (`spare_processes` of them kept
+  ready), used for that one candidate and then killed with its whole tree;
+* a **build runner** per candidate with `load_inline` extensions not yet in the cache.
+
+`run()` parses the sources (nothing of them runs here), builds what needs building, and lets the
+judge (eval/judge.py) make the verdict from the two runners. The reference's timing is cached per
+problem source, device and timing settings; builds are cached per candidate source. Nothing a
+candidate does can crash the worker or reach another candidate's run.
 """
 from __future__ import annotations
 
@@ -14,7 +20,6 @@ import hashlib
 import itertools
 import logging
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -24,21 +29,20 @@ from typing import Sequence
 import msgspec
 
 from specgen.errors import UsageError
-from specgen.eval import sandbox
+from specgen.eval import runner_process, sandbox
 from specgen.eval.extensions import publish_builds
-from specgen.eval.guards.static import scan_source
-from specgen.eval.loader import CandidateSource, candidate_from_text, problem_from_text
+from specgen.eval.judge import Judge, ProblemState, new_init_seed
+from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_text, problem_from_text
 from specgen.eval.redact import redact_verdict
-from specgen.eval.runner_process import RunnerError, RunnerProcess, SparePool, runner_env
-from specgen.eval.sandbox import SandboxSpec, SandboxStatus
-from specgen.messages import (BuildJob, BuildResult, CandidateSubmission, EvalOptions, RefTiming, RunJob,
-                              RunnerReady, RunResult, Verdict)
+from specgen.eval.runner_process import Runner, RunnerError, SparePool, Template
+from specgen.eval.sandbox import SandboxStatus
+from specgen.messages import (Build, BuildResult, CandidateSubmission, EvalOptions, LoadProblem,
+                              ProblemLoaded, RefTiming, RunnerReady, Verdict)
 
 log = logging.getLogger(__name__)
 
 STAGES = ("validate", "profile", "full")
 SANDBOX_MODES = ("required", "optional", "off")
-_BUILD_MEMORY_MB = None  # builds are the compiler's: only the wall clock limits them
 
 
 class _Inflight:
@@ -95,14 +99,23 @@ class RefTimingCache:
         os.replace(staging, path)
 
 
+class _Reference:
+    """The reference runner of one problem, kept between candidates."""
+
+    def __init__(self, key: tuple[str, str], runner: Runner, state: ProblemState) -> None:
+        self.key = key
+        self.runner = runner
+        self.state = state
+
+
 class EvalWorker:
-    """Evaluates one candidate at a time on one device; see the module docstring."""
+    """Evaluates one candidate at a time on one device; see the module doc."""
 
     def __init__(self, device: str = "cpu", work_dir: Path | str = ".specgen-eval",
                  spare_processes: int = 1, options: EvalOptions | None = None,
                  name: str | None = None, hidden_paths: Sequence[str | Path] = ()) -> None:
-        """`hidden_paths`: directories candidates must not see beyond the defaults (the
-        cluster's state, key and socket directories); the work directory is always hidden."""
+        """`hidden_paths`: directories candidates must not see even where the sandbox's view
+        would show them (the runtime adds its socket directories)."""
         if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise UsageError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
         if spare_processes < 0:
@@ -110,57 +123,88 @@ class EvalWorker:
         self.device = device
         self.work_dir = Path(work_dir).resolve()
         self.spare_processes = spare_processes
-        self.options = options or EvalOptions()
-        if self.options.sandbox not in SANDBOX_MODES:
+        options = options or EvalOptions()
+        if options.sandbox not in SANDBOX_MODES:
             raise UsageError(f"EvalOptions.sandbox must be one of {', '.join(SANDBOX_MODES)}, "
-                             f"got {self.options.sandbox!r}")
+                             f"got {options.sandbox!r}")
+        self.cache_dir = Path(options.cache_dir).resolve() if options.cache_dir \
+            else self.work_dir / "cache"
+        # Runners read the cache from the options (they get it with each request).
+        self.options = msgspec.structs.replace(options, cache_dir=str(self.cache_dir))
         self.hidden_paths = [str(Path(p).resolve()) for p in hidden_paths]
         self.sandbox_status = SandboxStatus(sandbox.NONE, "not started")
         self.name = name or f"{os.uname().nodename}/{device}"
-        self.cache_dir = Path(self.options.cache_dir).resolve() if self.options.cache_dir \
-            else self.work_dir / "cache"
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self._current: RunnerProcess | None = None
+        self._current: list[Runner] = []
         self._cancel_requested = False
         # Cancels that name a run which has not started yet: kept so that a cancel arriving in
         # the instant between a caller taking an item and run() starting is not lost.
         self._run_id: str | None = None
         self._early_cancels: set[str] = set()
+        self._template: Template | None = None
+        self._template_env: dict[str, str] = {}
         self._pool: SparePool | None = None
+        self._reference: _Reference | None = None
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
-        self._queried_capability: str | None = None
         self.evaluated = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        for sub in ("jobs", "logs", "build", "runs"):
+        for sub in ("logs", "probe"):
             (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.work_dir, 0o700)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._ref_cache = RefTimingCache(self.cache_dir)
-        if self.options.sandbox == "off":
-            self.sandbox_status = SandboxStatus(sandbox.NONE, "switched off (EvalOptions.sandbox='off')")
-        elif self.device.startswith("cuda"):
-            # Namespaces alone are not enough on a GPU host: the driver must start inside them.
-            visible = runner_env(self.device, {}, False)["CUDA_VISIBLE_DEVICES"]
-            self.sandbox_status = sandbox.probe_cuda(visible)
-        else:
-            self.sandbox_status = sandbox.probe()
-        if self.sandboxed and sandbox.outer_uid() is not None:
-            # Runners are another user: they read the cache (libraries this worker published)
+        if self.options.sandbox != "off" and sandbox.outer_uid() is not None:
+            # Runners are other users: they read the cache (libraries this worker published)
             # through a read-only view, so its top folder must let others in (a mkdtemp'd or
             # pytest folder is 0700). Everything below it is created readable already.
             mode = self.cache_dir.stat().st_mode & 0o7777
             if mode & 0o005 != 0o005:
                 os.chmod(self.cache_dir, mode | 0o055)
+        extra = {}
+        arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or query_capability(self.device)
+        if arch:
+            # Build runners see no GPU: they must be told which architecture to compile for.
+            extra["TORCH_CUDA_ARCH_LIST"] = arch
+        self._template_env = extra
+        template = None
+        if self.options.sandbox == "off":
+            self.sandbox_status = SandboxStatus(sandbox.NONE,
+                                                "switched off (EvalOptions.sandbox='off')")
+        else:
+            try:
+                template = Template(self.device, self.work_dir, self.options, True,
+                                    self.cache_dir, self.hidden_paths, extra)
+                self.sandbox_status = runner_process.probe(template)
+            except (RunnerError, sandbox.SandboxError, OSError) as exc:
+                self.sandbox_status = SandboxStatus(sandbox.NONE,
+                                                    f"namespaces could not be created: {exc}")
+            if self.sandbox_status.kind == sandbox.NONE and template is not None:
+                template.close()
+                template = None
         if self.sandbox_status.kind == sandbox.NONE:
-            refusing = self.refuses_candidates
             log.warning("worker %s: candidates run WITHOUT a sandbox: %s%s", self.name,
                         self.sandbox_status.detail,
-                        "; they are refused (EvalOptions.sandbox='required')" if refusing else "")
-        self._pool = SparePool(self._new_runner,
-                               0 if self.refuses_candidates else self.spare_processes)
+                        "; they are refused (EvalOptions.sandbox='required')"
+                        if self.refuses_candidates else "")
+        if self.refuses_candidates:
+            return
+        if template is None:
+            # Unsandboxed runs share a Triton cache. A sandboxed run keeps it in its private
+            # /tmp: a cache one candidate can write is a place to plant compiled code another
+            # candidate would load.
+            extra["TRITON_CACHE_DIR"] = str(self.cache_dir / "triton")
+            try:
+                template = Template(self.device, self.work_dir, self.options, False,
+                                    self.cache_dir, self.hidden_paths, extra)
+            except RunnerError as exc:
+                raise UsageError(f"worker {self.name}: {exc}") from None
+        self._template = template
+        self._pool = SparePool(lambda: self._fork("candidate"), self.spare_processes,
+                               self.options.spawn_timeout_s)
         self._pool.start()
 
     @property
@@ -172,15 +216,26 @@ class EvalWorker:
         """No sandbox here and the options do not allow running without one."""
         return not self.sandboxed and self.options.sandbox == "required"
 
+    @property
+    def ready_info(self) -> RunnerReady | None:
+        """What the last candidate runner reported at start-up (device name, versions)."""
+        return self._ready
+
     def close(self) -> None:
-        """Kill the spares and any running runner; no process outlives this."""
+        """Kill every runner and the template; no process outlives this."""
         with self._lock:
             pool, self._pool = self._pool, None
-            current = self._current
-        if current is not None:
-            current.signal_kill()
+            current = list(self._current)
+            reference, self._reference = self._reference, None
+            template, self._template = self._template, None
+        for runner in current:
+            runner.signal_kill()
         if pool is not None:
             pool.close()
+        if reference is not None:
+            reference.runner.kill()
+        if template is not None:
+            template.close()
 
     def __enter__(self) -> "EvalWorker":
         self.start()
@@ -189,49 +244,17 @@ class EvalWorker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _env(self, device: str) -> dict[str, str]:
-        extra = {}
-        if not self.sandboxed:
-            # Unsandboxed runs share a Triton cache and a build folder. A sandboxed run keeps
-            # both in its private /tmp (runner_env): a cache one candidate can write is a place
-            # to plant compiled code another candidate would load.
-            extra = {"TORCH_EXTENSIONS_DIR": str(self.work_dir / "build" / "torch_extensions"),
-                     "TRITON_CACHE_DIR": str(self.cache_dir / "triton")}
-        arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or self._capability()
-        if arch:
-            # Build processes see no GPU: they must be told which architecture to compile for.
-            extra["TORCH_CUDA_ARCH_LIST"] = arch
-        return runner_env(device, extra, self.sandboxed)
-
-    def _capability(self) -> str:
-        if not self.device.startswith("cuda"):
-            return ""
-        if self._ready is not None and self._ready.capability:
-            return self._ready.capability
-        if self._queried_capability is None:
-            self._queried_capability = query_capability(self.device)
-        return self._queried_capability
-
-    def _new_runner(self, mode: str = "run", build_dir: Path | None = None) -> RunnerProcess:
-        device = self.device if mode == "run" else "build"
-        serial = next(self._ids)
-        spec = None
-        if self.sandboxed:
-            hidden = [*sandbox.DEFAULT_HIDDEN, os.path.expanduser("~"), str(self.work_dir),
-                      *self.hidden_paths]
-            spec = SandboxSpec(hidden=hidden, readonly=[*sandbox.needed_paths(), str(self.cache_dir)],
-                               writable=[str(build_dir)] if build_dir else [],
-                               devices=sandbox.device_nodes(),
-                               scratch_mb=self.options.scratch_mb,
-                               max_processes=self.options.max_processes)
-        return RunnerProcess(mode, self.device if mode == "run" else "cpu", self._env(device),
-                             self.work_dir / "logs" / f"{mode}-{os.getpid()}-{serial}.log",
-                             self.work_dir / "runs", sandbox=spec, uid=sandbox.outer_uid())
-
-    @property
-    def ready_info(self) -> RunnerReady | None:
-        """What the last runner reported at start-up (device name, capability, versions)."""
-        return self._ready
+    def _fork(self, role: str) -> Runner:
+        if self._template is None:
+            raise RunnerError("the worker is closed")
+        if not self._template.alive():
+            # A template that died (killed from outside) is started again: the worker goes on.
+            log.warning("worker %s: the template died; starting a new one", self.name)
+            old = self._template
+            self._template = Template(self.device, self.work_dir, self.options, self.sandboxed,
+                                      self.cache_dir, self.hidden_paths, self._template_env)
+            old.close()
+        return self._template.fork(role)
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, run_id: str | None = None) -> None:
@@ -248,18 +271,22 @@ class EvalWorker:
                 self._early_cancels.add(run_id)
                 return
             self._cancel_requested = True
-            current = self._current
-        if current is not None:
-            current.signal_kill()
-
-    def _set_current(self, runner: RunnerProcess | None) -> bool:
-        """Record the running subprocess; False when a cancel already came for this run."""
-        with self._lock:
-            self._current = runner
-            return not self._cancel_requested
+            current = [r for r in self._current if r.role != "reference"]
+        for runner in current:
+            runner.signal_kill()
 
     def _cancelled(self) -> bool:
         return self._cancel_requested
+
+    def _track(self, runner: Runner | None, add: bool = True) -> bool:
+        """Record a runner working for this run; False when a cancel already came."""
+        with self._lock:
+            if runner is not None:
+                if add:
+                    self._current.append(runner)
+                elif runner in self._current:
+                    self._current.remove(runner)
+            return not self._cancel_requested
 
     # ------------------------------------------------------------------ build
     def build(self, candidate: CandidateSource | CandidateSubmission | str) -> BuildResult:
@@ -272,9 +299,9 @@ class EvalWorker:
             candidate = candidate_from_text(candidate.candidate_source)
         elif isinstance(candidate, str):
             candidate = candidate_from_text(candidate)
-        return self._build(candidate, slot=f"pre-{threading.get_ident()}")
+        return self._build(candidate, in_run=False)
 
-    def _build(self, candidate: CandidateSource, slot: str) -> BuildResult:
+    def _build(self, candidate: CandidateSource, in_run: bool) -> BuildResult:
         if not candidate.needs_build:
             return BuildResult()
         marker = self.cache_dir / "ext" / "by-source" / f"{candidate.sha256}.json"
@@ -291,56 +318,83 @@ class EvalWorker:
                 break
             waiting.wait(self.options.build_timeout_s)
         try:
-            return self._run_build(candidate, marker, slot)
+            return self._run_build(candidate, marker, in_run)
         finally:
             _INFLIGHT.release(key)
 
-    def _run_build(self, candidate: CandidateSource, marker: Path, slot: str) -> BuildResult:
-        build_dir = self.work_dir / "build" / f"{slot}-{next(self._ids)}"
-        build_dir.mkdir(parents=True, exist_ok=True)
-        uid = sandbox.outer_uid()
-        if self.sandboxed and uid is not None:
-            os.chown(build_dir, uid, uid)
+    def _run_build(self, candidate: CandidateSource, marker: Path, in_run: bool) -> BuildResult:
         began = time.monotonic()
+        if self._template is None:
+            return BuildResult(module_error="build runner failed: the worker is closed")
         try:
-            runner = self._new_runner("build", build_dir)
-        except (RunnerError, sandbox.SandboxError) as exc:
-            shutil.rmtree(build_dir, ignore_errors=True)
-            return BuildResult(module_error=f"build process failed: {exc}", seconds=0.0)
-        try:
-            with self._lock:
-                if slot == "run":
-                    self._current = runner
-            runner.wait_ready(self.options.spawn_timeout_s)
-            runner.send(BuildJob(candidate_source=candidate.text, cache_dir=str(self.cache_dir),
-                                 build_dir=str(build_dir)))
-            result, why = runner.wait_result(
-                BuildResult, self.options.build_timeout_s, "EvalOptions.build_timeout_s",
-                _BUILD_MEMORY_MB, self._cancelled if slot == "run" else (lambda: False))
+            runner = self._fork("build")
         except RunnerError as exc:
-            runner.kill()
-            return BuildResult(module_error=f"build process failed: {exc}",
-                               seconds=time.monotonic() - began)
+            return BuildResult(module_error=f"build runner failed: {exc}")
+        if in_run:
+            self._track(runner)
+        try:
+            runner.wait_ready(self.options.spawn_timeout_s)
+            received, why = runner.request(
+                Build(candidate_source=candidate.text, cache_dir=str(self.cache_dir)),
+                time.monotonic() + self.options.build_timeout_s, "EvalOptions.build_timeout_s",
+                self._cancelled if in_run else (lambda: False))
+        except RunnerError as exc:
+            received, why = None, str(exc)
         finally:
+            runner.kill()
             runner.remove_log()
-            with self._lock:
-                if slot == "run":
-                    self._current = None
-        if result is None:
-            shutil.rmtree(build_dir, ignore_errors=True)
-            return BuildResult(module_error=f"build {why}", seconds=time.monotonic() - began)
-        assert isinstance(result, BuildResult)
-        # The build process ran the candidate's module: only the worker writes the cache.
-        publish_builds(self.cache_dir, candidate.sha256, build_dir, result.records)
-        shutil.rmtree(build_dir, ignore_errors=True)
-        for record in result.records:
-            record.library = ""
+            if in_run:
+                self._track(runner, add=False)
+        if received is None or not isinstance(received.message, BuildResult):
+            return BuildResult(module_error=f"build {why or 'runner answered something else'}",
+                               seconds=time.monotonic() - began)
+        result = received.message
+        # The build runner ran the candidate's module: only the worker writes the cache.
+        publish_builds(self.cache_dir, candidate.sha256, result)
+        result.libraries = []
         if result.records and all(r.ok or r.error for r in result.records):
             marker.parent.mkdir(parents=True, exist_ok=True)
             staging = marker.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             staging.write_bytes(msgspec.json.encode(result))
             os.replace(staging, marker)
         return result
+
+    # ------------------------------------------------------------------ the reference
+    def _reference_for(self, problem: ProblemSource) -> tuple[_Reference | None, str | None]:
+        """The reference runner of `problem` (kept from the last candidate when it is the same
+        problem), or why none could be had (the problem's fault, or the runner's)."""
+        scale = self.options.resolved_scale("cuda" if self.device.startswith("cuda") else "cpu")
+        key = (problem.sha256, scale)
+        current = self._reference
+        if current is not None and current.key == key and not current.runner.dead:
+            return current, None
+        if current is not None:
+            current.runner.kill()
+            current.runner.remove_log()
+            self._reference = None
+        try:
+            runner = self._fork("reference")
+            ready = runner.wait_ready(self.options.spawn_timeout_s)
+        except RunnerError as exc:
+            return None, f"no reference runner: {exc}"
+        request = LoadProblem(problem_source=problem.text, problem_name=problem.name,
+                              scale=scale, init_seed=new_init_seed())
+        self._track(runner)
+        try:
+            received, why = runner.request(request, time.monotonic() + self.options.timeout_s,
+                                           "EvalOptions.timeout_s", self._cancelled)
+        finally:
+            self._track(runner, add=False)
+        if received is None or not isinstance(received.message, ProblemLoaded):
+            runner.kill()
+            return None, "cancelled" if why == "cancelled" else f"the reference runner failed: {why}"
+        loaded = received.message
+        if loaded.error:
+            runner.kill()
+            runner.remove_log()
+            return None, loaded.error
+        self._reference = _Reference(key, runner, ProblemState(problem, request, loaded, ready))
+        return self._reference, None
 
     # ------------------------------------------------------------------ run
     def run(self, submission: CandidateSubmission, stage: str = "full",
@@ -352,14 +406,14 @@ class EvalWorker:
         began = time.monotonic()
         if stage not in STAGES:
             raise UsageError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
-        if self._pool is None:
+        if self._pool is None and not self.refuses_candidates:
             raise RuntimeError("EvalWorker.start() was not called (or close() was)")
         with self._lock:
             self._run_id = run_id
             self._cancel_requested = run_id is not None and run_id in self._early_cancels
             self._early_cancels.discard(run_id)   # type: ignore[arg-type]
         try:
-            verdict = self._run(submission, stage, began)
+            verdict = self._run(submission, stage)
         finally:
             with self._lock:
                 self._run_id = None
@@ -371,7 +425,7 @@ class EvalWorker:
         self.evaluated += 1
         return verdict
 
-    def _run(self, submission: CandidateSubmission, stage: str, began: float) -> Verdict:
+    def _run(self, submission: CandidateSubmission, stage: str) -> Verdict:
         seconds: dict[str, float] = {}
         cpu_timing = not self.device.startswith("cuda")
         try:
@@ -387,14 +441,8 @@ class EvalWorker:
             return Verdict(error=(f"refused: this host cannot sandbox candidates "
                                   f"({self.sandbox_status.detail}); set EvalOptions.sandbox="
                                   f"'optional' (specgen-node --allow-unsandboxed) to run them "
-                                  f"anyway"),
-                           cpu_timing=cpu_timing)
-        # Static checks come before any of the candidate's code runs, in a build or a runner.
-        flags = scan_source(candidate.tree)
-        if flags:
-            return Verdict(flags=flags, cpu_timing=cpu_timing)
-
-        build = self._build(candidate, slot="run")
+                                  f"anyway"), cpu_timing=cpu_timing)
+        build = self._build(candidate, in_run=True)
         if candidate.needs_build:
             seconds["build"] = round(build.seconds, 4)
         if self._cancelled():
@@ -402,96 +450,56 @@ class EvalWorker:
         if build.module_error and build.module_error.startswith("build "):
             return Verdict(error=f"extension {build.module_error}", cpu_timing=cpu_timing,
                            stage_seconds=seconds)
-
         assert self._pool is not None and self._ref_cache is not None
+        started = time.monotonic()
+        reference, why = self._reference_for(problem)
+        seconds["reference_start"] = round(time.monotonic() - started, 4)
+        if reference is None:
+            return Verdict(error="cancelled" if why == "cancelled" else
+                           f"{why} (the problem, not the candidate)", cpu_timing=cpu_timing,
+                           stage_seconds=seconds)
         try:
             runner, waited = self._pool.take(self.options.spawn_timeout_s)
         except RunnerError as exc:
             return Verdict(error=f"no runner: {exc}", cpu_timing=cpu_timing, stage_seconds=seconds)
         seconds["spare_wait"] = round(waited, 4)
-        ready = runner.wait_ready(0)
-        self._ready = ready
-        if not self._set_current(runner):
+        self._ready = runner.ready
+        ref_key = None
+        ref_timing = None
+        if stage != "validate" and self.options.cache_ref_timing:
+            ref_key = RefTimingCache.key(problem.sha256, self.device, reference.state.ready,
+                                         self.options)
+            ref_timing = self._ref_cache.get(ref_key)
+        if not self._track(runner):
             runner.kill()
             runner.remove_log()
             return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
-        ref_timing = None
-        if stage != "validate" and self.options.cache_ref_timing:
-            ref_key = RefTimingCache.key(problem.sha256, self.device, ready, self.options)
-            ref_timing = self._ref_cache.get(ref_key)
-            if ref_timing is None:
-                # Measured in a runner of its own, before the candidate's: a timing measured in
-                # the candidate's process could be forged, and every later candidate's speedup
-                # would be computed from it.
-                reference = RunJob(stage="reference", problem_source=problem.text,
-                                   problem_name=problem.name, candidate_source="",
-                                   options=self.options, reported_device=self.device,
-                                   **self._job_paths(runner, "reference"))
-                ref_result, why = self._execute(runner, reference)
-                if ref_result is None or ref_result.ref_timing is None:
-                    error = ref_result.verdict.error if ref_result is not None else why
-                    return Verdict(error=f"reference timing failed: {error}",
-                                   cpu_timing=cpu_timing, stage_seconds=seconds)
-                ref_timing = ref_result.ref_timing
-                self._ref_cache.put(ref_key, ref_timing)
-                seconds["reference"] = ref_result.verdict.stage_seconds.get("ref_timing", 0.0)
-                try:
-                    runner, waited = self._pool.take(self.options.spawn_timeout_s)
-                except RunnerError as exc:
-                    return Verdict(error=f"no runner: {exc}", cpu_timing=cpu_timing,
-                                   stage_seconds=seconds)
-                seconds["spare_wait"] = round(seconds["spare_wait"] + waited, 4)
-                if not self._set_current(runner):
-                    runner.kill()
-                    runner.remove_log()
-                    return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
-        job = RunJob(stage=stage, problem_source=problem.text, problem_name=problem.name,
-                     candidate_source=candidate.text, options=self.options,
-                     reported_device=self.device, ref_timing=ref_timing,
-                     **self._job_paths(runner, submission.candidate_id))
-        result, why = self._execute(runner, job)
-        if result is None:
-            verdict = Verdict(error=why if why == "cancelled" else f"candidate {why}",
-                              cpu_timing=cpu_timing)
-            verdict.stage_seconds = seconds
-            return verdict
-        verdict = result.verdict
-        if build.records and not any(r.ok for r in build.records) and verdict.error and \
+        self._track(reference.runner)
+        judge = Judge(self.options, self.device, reference.runner, runner, reference.state,
+                      candidate, ref_timing, build, self._cancelled)
+        try:
+            verdict = judge.run(stage)
+        finally:
+            self._track(runner, add=False)
+            self._track(reference.runner, add=False)
+            runner.kill()
+            runner.remove_log()
+            if reference.runner.dead:
+                reference.runner.kill()
+                self._reference = None
+        if judge.new_ref_timing is not None and ref_key is not None:
+            self._ref_cache.put(ref_key, judge.new_ref_timing)
+        if verdict.error and build.records and not any(r.ok for r in build.records) and \
                 build.records[0].error and build.records[0].error not in verdict.error:
             verdict.error += f"; extension build: {build.records[0].error}"
         verdict.stage_seconds = {**seconds, **verdict.stage_seconds}
         return verdict
 
 
-    def _job_paths(self, runner: RunnerProcess, label: str) -> dict[str, str]:
-        """Where a job writes: inside a sandbox its private tmpfs, else the work directory."""
-        if runner.sandboxed:
-            return {"job_dir": f"{sandbox.SCRATCH}/job", "cache_dir": str(self.cache_dir),
-                    "build_dir": f"{sandbox.SCRATCH}/build"}
-        return {"job_dir": str(self.work_dir / "jobs" / f"{runner.pid}-{_safe(label)}"),
-                "cache_dir": str(self.cache_dir), "build_dir": str(self.work_dir / "build" / "run")}
-
-    def _execute(self, runner: RunnerProcess, job: RunJob) -> tuple[RunResult | None, str | None]:
-        """Hand `job` to `runner`, wait for its result, then kill the runner (used once only)."""
-        try:
-            runner.send(job)
-            result, why = runner.wait_result(
-                RunResult, self.options.timeout_s, "EvalOptions.timeout_s",
-                self.options.memory_limit_mb, self._cancelled)
-        except RunnerError as exc:
-            result, why = None, str(exc)
-        finally:
-            self._set_current(None)
-            runner.kill()
-            runner.remove_log()
-            if not runner.sandboxed:
-                shutil.rmtree(job.job_dir, ignore_errors=True)
-        assert result is None or isinstance(result, RunResult)
-        return result, why
-
-
 def query_capability(device: str) -> str:
     """Compute capability of a CUDA device ("9.0") from nvidia-smi, without importing torch."""
+    if not device.startswith("cuda"):
+        return ""
     index = device.split(":", 1)[1] if ":" in device else "0"
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if visible and index.isdigit() and int(index) < len(visible):
@@ -510,8 +518,3 @@ def _read_marker(path: Path) -> BuildResult | None:
         return msgspec.json.decode(path.read_bytes(), type=BuildResult)
     except (OSError, msgspec.DecodeError, RecursionError):
         return None
-
-
-def _safe(text: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:40]
-    return cleaned or "candidate"

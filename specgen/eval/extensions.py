@@ -2,22 +2,22 @@
 
 Inside a runner, `load_inline` is replaced before the candidate's module runs:
 
-* In a build subprocess (`mode="build"`) it compiles for real, in the build directory the
-  worker gave it (one per build, so parallel builds never share ninja's lock file), and reports
-  each library's path; the worker, not the build process, copies it into the cache
-  (`publish_builds`). The build process runs the candidate's module, so it is as untrusted as the
-  candidate: it sees the cache read-only.
-* In a run subprocess (`mode="run"`) it loads the cached library without compiling; only a
-  cache miss (an argument computed at run time) builds in-process. A cached build failure is
-  raised again at once instead of compiling again.
+* In a build runner (`mode="build"`) it compiles for real, in the runner's private /tmp (a
+  size-capped tmpfs: the disk is never written), and the runner sends each library back whole;
+  the worker, not the build runner, writes it into the cache (`publish_builds`). The build
+  runner runs the candidate's module, so it is as untrusted as the candidate: it sees the cache
+  read-only.
+* In a candidate runner (`mode="run"`) it loads the cached library without compiling; only a
+  cache miss (an argument computed at run time) builds in-process, in its own /tmp. A cached
+  build failure is raised again at once instead of compiling again.
 
 The cache is scoped by the candidate's source hash (`<cache>/ext/<sha256>/<key>/`): a library is
 only ever loaded by the candidate whose own build produced it, so no candidate can plant code
 that another candidate's run would load.
 
 Either way it returns a proxy of the extension module that counts calls to its functions and
-the exceptions they raise, so the guards can tell a kernel that never ran (an extension that
-failed to build, with a silent fallback to PyTorch) from one that did.
+the exceptions they raise, so the judge can tell a kernel that never ran (an extension that
+failed to build, with a fallback to PyTorch that did run) from one that did.
 """
 from __future__ import annotations
 
@@ -28,14 +28,13 @@ import json
 import os
 import re
 import shutil
-import stat
 import sys
 import time
 import types
 from pathlib import Path
 from typing import Any, Callable
 
-from specgen.messages import BuildRecord
+from specgen.messages import BuildRecord, BuildResult
 
 _KEY_IGNORED = {"build_directory", "verbose", "keep_intermediates"}
 
@@ -51,6 +50,7 @@ class KernelLedger:
         self.launches = 0
         self.errors: list[str] = []
         self.builds: list[BuildRecord] = []
+        self.libraries: list[str] = []       # per build record: the library it compiled, or ""
 
     def reset_window(self) -> tuple[int, int]:
         return self.launches, len(self.errors)
@@ -131,36 +131,27 @@ class ExtensionCache:
     def store_library(self, key: str, name: str, built: Path) -> None:
         self._publish(key, lambda d: shutil.copy2(built, d / f"{name}.so"))
 
+    def store_bytes(self, key: str, name: str, data: bytes) -> None:
+        self._publish(key, lambda d: (d / f"{name}.so").write_bytes(data))
+
     def store_failure(self, key: str, error: str) -> None:
         self._publish(key, lambda d: (d / "FAILED").write_text(error))
 
 
-def publish_builds(cache_dir: Path, scope: str, build_dir: Path,
-                   records: list[BuildRecord]) -> None:
-    """Copy what a build process reported into the cache (the worker's side of a build).
+def publish_builds(cache_dir: Path, scope: str, result: BuildResult) -> None:
+    """Write what a build runner sent back into the cache (the worker's side of a build).
 
-    The records come from untrusted code: a key or name that is not a plain token, or a library
-    that is not a regular file inside `build_dir` (a symbolic link, say), is skipped.
-    """
+    It comes from untrusted code: a key or name that is not a plain token is skipped, and a
+    library is only ever loaded by runs of the candidate whose own build made it (`scope`)."""
     cache = ExtensionCache(cache_dir, scope)
-    root = build_dir.resolve()
-    for record in records:
+    for record in result.records:
         if not (_TOKEN.fullmatch(record.key) and _TOKEN.fullmatch(record.name)):
             continue
-        if not record.ok:
-            if record.error and not record.cached:
-                cache.store_failure(record.key, record.error[:2000])
-            continue
-        if not record.library:
-            continue
-        library = Path(record.library)
-        try:
-            inside = library.parent.resolve().is_relative_to(root)
-            regular = stat.S_ISREG(os.lstat(library).st_mode)
-        except OSError:
-            continue
-        if inside and regular:
-            cache.store_library(record.key, record.name, library)
+        if not record.ok and record.error and not record.cached:
+            cache.store_failure(record.key, record.error[:2000])
+    for library in result.libraries:
+        if _TOKEN.fullmatch(library.key) and _TOKEN.fullmatch(library.name):
+            cache.store_bytes(library.key, library.name, library.data)
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_]{1,128}")
@@ -200,12 +191,14 @@ def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger,
         if failure is not None:
             ledger.builds.append(BuildRecord(name=name, key=key, ok=False, cached=True,
                                              error=failure))
+            ledger.libraries.append("")
             raise ExtensionBuildError(f"extension {name} failed to build: {failure}")
         library = cache.library(key, name)
         if library is not None:
             module = _import_library(name, library, is_python_module)
             ledger.builds.append(BuildRecord(name=name, key=key, ok=True, cached=True,
                                              seconds=time.monotonic() - started))
+            ledger.libraries.append("")
             return CountingModule(module, ledger) if is_python_module else module
         directory = build_dir / f"{name}-{key}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -217,13 +210,14 @@ def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger,
             cache.store_failure(key, error)
             ledger.builds.append(BuildRecord(name=name, key=key, ok=False, error=error,
                                              seconds=time.monotonic() - started))
+            ledger.libraries.append("")
             raise
         built = directory / f"{name}.so"
         if built.is_file():
             cache.store_library(key, name, built)
         ledger.builds.append(BuildRecord(name=name, key=key, ok=True,
-                                         seconds=time.monotonic() - started,
-                                         library=str(built) if built.is_file() else ""))
+                                         seconds=time.monotonic() - started))
+        ledger.libraries.append(str(built) if built.is_file() else "")
         if mode == "build" or not is_python_module:
             return module
         return CountingModule(module, ledger)

@@ -1,82 +1,212 @@
-"""Framing of the pipes between an evaluation worker and its own runner subprocesses.
+"""The channel between the judge and one runner: a SOCK_SEQPACKET socket pair on one host.
 
-These never leave the host: a worker writes one job to a runner it started and reads one result
-back over a pipe pair. The frames are the typed structs of `specgen.messages` (section
-"evaluation runners") as msgpack with a 4-byte little-endian length in front; decoding is strict.
-The ZeroMQ framing of `specgen.runtime.wire` is not used here: its header carries a message kind
-and protocol version, which a pipe whose every frame's struct follows from its place in the
-exchange does not need, and the runtime sits above the evaluation service.
+Each message is one struct of `specgen.messages` ("evaluation runners"): `RunnerRequest` one way,
+`RunnerReply` the other, as msgpack, decoded strictly. A message longer than one packet travels
+as several (a first byte says whether more follow). A SOCK_SEQPACKET socket, not a pipe, because:
+
+* file descriptors travel with a message (SCM_RIGHTS): the shared output buffer, and a runner's
+  end of its own channel on its way through the template;
+* the judge's end asks the kernel to timestamp every packet it receives (SO_TIMESTAMPNS), so a
+  reply's arrival time is the moment the runner sent it, whatever the judge's thread was doing
+  (on a busy host, waking the judge takes up to milliseconds); the runner cannot set that stamp;
+* the kernel tells who sent a packet (SO_PASSCRED): how the judge learns a sandboxed runner's pid
+  in its own PID namespace.
+
+Host-local only; the ZeroMQ framing of `specgen.runtime.wire` is not used here: the runtime sits
+above the evaluation service, and no message kind or version byte is needed on a channel whose
+two ends are always the same program.
 """
 from __future__ import annotations
 
+import array
 import os
 import select
+import socket
 import struct
 import time
+from typing import Any
 
 import msgspec
 
-_HEADER = struct.Struct("<I")
-MAX_FRAME = 256 * 1024 * 1024
+from specgen.messages import RunnerReply, RunnerRequest
+
+PACKET = 64 * 1024              # payload bytes per packet (well under the socket's buffer)
+MAX_MESSAGE = 512 * 1024 * 1024  # a message larger than this is refused
+MAX_FDS = 4
+_MORE, _LAST = b"\x01", b"\x00"
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # same value on x86-64 and arm64
+_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
+_TIMESPEC = struct.Struct("qq")
+_UCRED = struct.Struct("iII")
+_ANCILLARY = (socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_UCRED.size)
+              + socket.CMSG_SPACE(MAX_FDS * 4))
 
 
 class FrameError(ValueError):
-    """A frame from the other end of the pipe that cannot be accepted: too large, or not the
-    struct expected (the message names which and what is wrong)."""
+    """A message from the other end that cannot be accepted: too large, or not a struct of the
+    expected union (the text names which and what is wrong)."""
+
+
+class ChannelClosed(ConnectionError):
+    """The other end is gone (it exited or closed its socket)."""
 
 
 _encoder = msgspec.msgpack.Encoder()
+_request_decoder = msgspec.msgpack.Decoder(RunnerRequest)
+_reply_decoder = msgspec.msgpack.Decoder(RunnerReply)
 
 
-def write_frame(fd: int, message: msgspec.Struct) -> None:
-    data = _encoder.encode(message)
-    payload = _HEADER.pack(len(data)) + data
-    view = memoryview(payload)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+def socket_pair() -> tuple[socket.socket, socket.socket]:
+    """(judge end, runner end), both close-on-exec; pass the runner's end on explicitly."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
 
-class FrameReader:
-    """Reads length-prefixed frames from a pipe with deadlines (no thread needed)."""
+class Received:
+    """One message with what came with it."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._buffer = bytearray()
-        self.eof = False
+    __slots__ = ("message", "fds", "stamp_ns", "sender_pid")
 
-    def _fill(self, deadline: float | None) -> bool:
-        """Read what is available; False on timeout. Sets `eof` when the writer is gone."""
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return False
-        chunk = os.read(self.fd, 1 << 20)
-        if not chunk:
-            self.eof = True
-        self._buffer += chunk
-        return True
+    def __init__(self, message: Any, fds: list[int], stamp_ns: int | None,
+                 sender_pid: int | None) -> None:
+        self.message = message
+        self.fds = fds                  # file descriptors sent with it (the receiver owns them)
+        self.stamp_ns = stamp_ns        # CLOCK_REALTIME when its last packet was sent, if stamped
+        self.sender_pid = sender_pid    # the sender's pid in the receiver's namespace, if asked
 
-    def read(self, kind: type[msgspec.Struct], deadline: float | None = None
-             ) -> msgspec.Struct | None:
-        """One frame of `kind`, or None on timeout/EOF (check `eof`); FrameError for a bad one."""
+
+class Channel:
+    """One end. `role="judge"` decodes replies and timestamps them; `role="runner"` decodes
+    requests. Not thread-safe: one thread sends, one receives (they may differ)."""
+
+    def __init__(self, sock: socket.socket, role: str) -> None:
+        self.sock = sock
+        self.role = role
+        self._decoder = _reply_decoder if role == "judge" else _request_decoder
+        if role == "judge":
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def want_credentials(self, on: bool) -> None:
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1 if on else 0)
+        except OSError:
+            pass          # closed meanwhile: there is nothing more to receive
+
+    # ------------------------------------------------------------------ sending
+    def send(self, message: msgspec.Struct, fds: tuple[int, ...] = ()) -> int:
+        """Send one message; returns CLOCK_REALTIME in ns taken just before its last packet went.
+
+        A trial's clock starts there: the request is a single packet, so the runner cannot have
+        it before that moment."""
+        data = _encoder.encode(message)
+        if len(data) > MAX_MESSAGE:
+            raise FrameError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+        view = memoryview(data)
+        first = True
+        try:
+            while True:
+                chunk, view = view[:PACKET], view[PACKET:]
+                head = _MORE if len(view) else _LAST
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] \
+                    if first and fds else []
+                if not len(view):
+                    began = time.clock_gettime_ns(time.CLOCK_REALTIME)
+                self.sock.sendmsg([head, chunk], ancillary)
+                first = False
+                if not len(view):
+                    return began
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ChannelClosed(f"the other end is gone ({exc})") from None
+
+    # ------------------------------------------------------------------ receiving
+    def recv(self, deadline: float | None = None, spin_s: float = 0.0) -> Received | None:
+        """The next message, or None at `deadline` (time.monotonic()). `spin_s`: poll without
+        sleeping for that long first (a runner waiting for its next timed call: waking from a
+        blocking read costs tens of microseconds, and a candidate could spin to avoid it)."""
+        parts: list[bytes] = []
+        fds: list[int] = []
+        stamp = pid = None
+        size = 0
+        spin_until = time.monotonic() + spin_s if spin_s > 0 else 0.0
         while True:
-            if len(self._buffer) >= _HEADER.size:
-                (size,) = _HEADER.unpack_from(self._buffer)
-                if size > MAX_FRAME:
-                    raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}")
-                if len(self._buffer) >= _HEADER.size + size:
-                    data = bytes(self._buffer[_HEADER.size:_HEADER.size + size])
-                    del self._buffer[:_HEADER.size + size]
-                    try:
-                        return msgspec.msgpack.decode(data, type=kind)
-                    except msgspec.DecodeError as exc:   # ValidationError is one too
-                        raise FrameError(f"bad {kind.__name__} frame: {exc}") from None
-                    except RecursionError:
-                        raise FrameError(f"bad {kind.__name__} frame: nested too deeply") from None
-            if self.eof:
+            packet = self._packet(deadline, spin_until)
+            if packet is None:
+                for fd in fds:
+                    os.close(fd)
                 return None
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            if not self._fill(deadline):
-                return None
+            data, more, got_fds, got_stamp, got_pid = packet
+            fds += got_fds
+            stamp = got_stamp if got_stamp is not None else stamp
+            pid = got_pid if got_pid is not None else pid
+            size += len(data)
+            if size > MAX_MESSAGE:
+                for fd in fds:
+                    os.close(fd)
+                raise FrameError(f"message exceeds {MAX_MESSAGE} bytes")
+            parts.append(data)
+            if not more:
+                break
+        try:
+            message = self._decoder.decode(b"".join(parts))
+        except msgspec.DecodeError as exc:   # ValidationError is one too
+            for fd in fds:
+                os.close(fd)
+            raise FrameError(f"bad message from the {'runner' if self.role == 'judge' else 'judge'}: "
+                             f"{exc}") from None
+        except RecursionError:
+            for fd in fds:
+                os.close(fd)
+            raise FrameError("bad message: nested too deeply") from None
+        return Received(message, fds, stamp, pid)
+
+    def _packet(self, deadline: float | None, spin_until: float
+                ) -> tuple[bytes, bool, list[int], int | None, int | None] | None:
+        while True:
+            if not spin_until:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready, _, _ = select.select([self.sock], [], [], timeout)
+                if not ready:
+                    return None
+            try:
+                data, ancillary, msg_flags, _ = self.sock.recvmsg(PACKET + 1, _ANCILLARY,
+                                                                  socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if spin_until and time.monotonic() >= spin_until:
+                    spin_until = 0.0
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                continue
+            except ConnectionResetError:
+                raise ChannelClosed("the other end is gone") from None
+            fds: list[int] = []
+            stamp = pid = None
+            for level, kind, payload in ancillary:
+                if level != socket.SOL_SOCKET:
+                    continue
+                if kind == socket.SCM_RIGHTS:
+                    count = len(payload) // 4
+                    fds += list(struct.unpack(f"{count}i", payload[:count * 4]))
+                elif kind == _SCM_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
+                    seconds, nanos = _TIMESPEC.unpack_from(payload)
+                    stamp = seconds * 1_000_000_000 + nanos
+                elif kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
+                    pid = _UCRED.unpack_from(payload)[0]
+            if msg_flags & socket.MSG_CTRUNC:
+                for fd in fds:
+                    os.close(fd)
+                raise FrameError("a message carried more file descriptors than allowed")
+            if not data:
+                raise ChannelClosed("the other end closed the channel")
+            if len(data) > PACKET + 1 or data[:1] not in (_MORE, _LAST):
+                for fd in fds:
+                    os.close(fd)
+                raise FrameError("a packet without a valid header")
+            return data[1:], data[:1] == _MORE, fds, stamp, pid

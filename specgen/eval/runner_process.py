@@ -1,14 +1,20 @@
-"""Runner subprocesses seen from the worker: start, hand one job, watch, kill.
+"""The worker's side of its template and runners: start the template, fork runners through it,
+put each in its control group, talk to it, watch it, kill it.
 
-Each runner is its own process session inside its own sandbox (eval/sandbox.py), so killing it
-kills whatever it started too. While a
-job runs the worker watches three things: the wall-clock deadline (`EvalOptions.timeout_s`), the
-runner's resident memory (`EvalOptions.memory_limit_mb` on top of what it held when ready) and a
-cancel request. `SparePool` keeps runners started ahead of need; each is used for one job only.
+`Template` is one process per worker (eval/template.py), started inside a sandbox when the host
+allows one. `Template.fork(role)` returns a `Runner` at once; `Runner.start` then takes its init's
+hello (the kernel gives the pid in this namespace), puts the init in a fresh control group
+(eval/containment.py) and lets it start the runner; `wait_ready` waits for the runner's
+`RunnerReady`. `Runner.request` sends one request and waits for its reply while watching the
+deadline, the tree's memory (polled where no cgroup enforces it) and a cancel; any failure kills
+the runner's whole tree and says why, naming the setting. `SparePool` keeps candidate runners
+started ahead of need (each is used for one candidate only).
 """
 from __future__ import annotations
 
 import collections
+import itertools
+import json
 import os
 import signal
 import subprocess
@@ -16,37 +22,37 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-import msgspec
-
-from specgen.eval.protocol import FrameReader, write_frame
-from specgen.eval.sandbox import (SCRATCH, SandboxError, SandboxSpec, launcher, map_ids, minimal_env,
-                                  python_path)
-from specgen.messages import RunnerReady
+from specgen.eval import containment, sandbox
+from specgen.eval.protocol import Channel, ChannelClosed, FrameError, Received, socket_pair
+from specgen.eval.sandbox import SCRATCH, SandboxError, SandboxSpec, SandboxStatus
+from specgen.messages import EvalOptions, ForkRunner, Proceed, RunnerExited, RunnerReady, RunnerStarted
 
 _POLL_S = 0.1
+_START_CAP_MB = 4096            # the tree's memory before its limit is set from its ready usage
 
 
 class RunnerError(RuntimeError):
     """A runner failed to start or to answer (the message says why and which setting applies)."""
 
 
-def runner_env(device: str, extra: dict[str, str], sandboxed: bool) -> dict[str, str]:
-    """The environment of a runner for `device` ("cpu", "cuda:N" or "build").
+def runner_env(device: str, sandboxed: bool) -> dict[str, str]:
+    """The environment of a template for `device` ("cpu" or "cuda:N"), inherited by its runners.
 
     Built from an allow list (sandbox.minimal_env), never a copy of the worker's: no SPECGEN_*
-    setting, scheduler address, socket path or key reaches candidate code.
-    """
-    env = minimal_env()
-    env["PYTHONPATH"] = python_path()
+    setting, scheduler address, socket path or key reaches candidate code."""
+    env = sandbox.minimal_env()
+    env["PYTHONPATH"] = sandbox.python_path()
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["MALLOC_ARENA_MAX"] = "2"  # bounded address space per thread (the CPU memory limit is one)
-    if sandboxed:
-        # The private tmpfs (sandbox.SCRATCH) is the only writable place inside.
-        env.update(HOME=f"{SCRATCH}/home", TMPDIR=SCRATCH, XDG_CACHE_HOME=f"{SCRATCH}/cache",
-                   TRITON_CACHE_DIR=f"{SCRATCH}/cache/triton",
-                   TORCH_EXTENSIONS_DIR=f"{SCRATCH}/cache/torch_extensions")
+    scratch = SCRATCH if sandboxed else None
+    if scratch is not None:
+        # The private tmpfs is the only writable place inside.
+        env.update(HOME=f"{scratch}/home", TMPDIR=scratch, XDG_CACHE_HOME=f"{scratch}/cache",
+                   TRITON_CACHE_DIR=f"{scratch}/cache/triton",
+                   TORCH_EXTENSIONS_DIR=f"{scratch}/cache/torch_extensions")
     if device.startswith("cuda"):
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -59,192 +65,316 @@ def runner_env(device: str, extra: dict[str, str], sandboxed: bool) -> dict[str,
             env["CUDA_VISIBLE_DEVICES"] = str(index)
         env.pop("TRITON_INTERPRET", None)
     else:
-        # No GPU for CPU runs and builds: a candidate evaluated on the CPU cannot reach a GPU
-        # and a build process creates no CUDA context.
+        # No GPU for CPU runs: a candidate evaluated on the CPU cannot reach a GPU.
         env["CUDA_VISIBLE_DEVICES"] = ""
-        if device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-            # One intra-op thread: on a shared or small machine, OpenMP threads waiting for a
-            # descheduled sibling turn a 50 us kernel into 10 ms; CPU timings are labelled anyway.
-            env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra)
+        env["TRITON_INTERPRET"] = "1"
+        # One intra-op thread: on a shared or small machine, OpenMP threads waiting for a
+        # descheduled sibling turn a 50 us kernel into 10 ms; CPU timings are labelled anyway.
+        env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 
-class RunnerProcess:
-    """One runner subprocess and the two pipes to it."""
+def _log_tail(path: Path, limit: int = 1500) -> str:
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            size = log.tell()
+            log.seek(max(0, size - limit))
+            text = log.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-12:]) if lines else "(empty)"
 
-    def __init__(self, mode: str, device: str, env: dict[str, str], log_path: Path,
-                 cwd: Path, sandbox: SandboxSpec | None = None, uid: int | None = None) -> None:
-        self.mode = mode
-        self.sandboxed = sandbox is not None
-        self.log_path = log_path
-        self.spawned_at = time.monotonic()
-        job_read, self._job_write = os.pipe()
-        result_read, result_write = os.pipe()
-        inner_device = "cuda:0" if device.startswith("cuda") else "cpu"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        cwd.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "specgen.eval.runner", "--mode", mode,
-                   "--job-fd", str(job_read), "--result-fd", str(result_write),
-                   "--device", inner_device]
-        if sandbox is not None:
-            command = launcher(sandbox, uid) + command
-        with open(log_path, "wb") as log:
-            # Its own process session: killing the group kills the launcher and the runner; a
-            # sandboxed runner's escaped descendants die with its PID namespace.
+
+def describe_status(status: int | None) -> str:
+    if status is None:
+        return "killed"
+    if status > 128:
+        try:
+            return f"killed by signal {signal.Signals(status - 128).name}"
+        except ValueError:
+            return f"killed by signal {status - 128}"
+    return f"exit code {status}"
+
+
+class Template:
+    """One worker's template process (see the module doc)."""
+
+    def __init__(self, device: str, work_dir: Path, options: EvalOptions, sandboxed: bool,
+                 cache_dir: Path, hidden: list[str], extra_env: dict[str, str] | None = None
+                 ) -> None:
+        self.device = device
+        self.options = options
+        self.sandboxed = sandboxed
+        self.work_dir = work_dir
+        self.logs = work_dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.containment = containment.probe()
+        self._serial = itertools.count()
+        self._lock = threading.Lock()
+        judge_end, template_end = socket_pair()
+        self.control = Channel(judge_end, "judge")
+        inner = "cuda:0" if device.startswith("cuda") else "cpu"
+        uid = sandbox.outer_uid() if sandboxed else None
+        keep = [p for p in sandbox.view_paths(str(cache_dir)) if p.startswith(SCRATCH + "/")]
+        command = [sys.executable, "-m", "specgen.eval.template",
+                   "--control-fd", str(template_end.fileno()), "--device", inner,
+                   "--keep", json.dumps(keep)]
+        if sandboxed:
+            command += ["--sandboxed"] + (["--mapped"] if uid is not None else [])
+            spec = SandboxSpec(readonly=sandbox.view_paths(str(cache_dir)), hidden=hidden,
+                               links=sandbox.system_links(), devices=sandbox.device_nodes())
+            command = sandbox.launcher(spec, uid) + command
+        env = runner_env(device, sandboxed)
+        env.update(extra_env or {})
+        self.log_path = self.logs / f"template-{os.getpid()}-{next(_templates)}.log"
+        with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                command, pass_fds=(job_read, result_write), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=env, cwd=str(cwd), start_new_session=True)
-        os.close(job_read)
-        os.close(result_write)
-        self._reader = FrameReader(result_read)
-        self.runner_pid = self.proc.pid
-        self.ready: RunnerReady | None = None
-        self.ready_rss = 0
-        self._signalled = False
-        if sandbox is not None and uid is not None:
-            try:
-                map_ids(self.proc.pid, uid)
-            except (SandboxError, OSError) as exc:
-                self.signal_kill()
-                self.proc.wait()
-                os.close(self._job_write)
-                os.close(self._reader.fd)
-                raise RunnerError(f"sandbox: {exc}") from None
+                command, pass_fds=(template_end.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, cwd=str(work_dir), start_new_session=True)
+        template_end.close()
+        try:
+            if uid is not None:
+                sandbox.map_ids(self.proc.pid, uid)
+            received = self.control.recv(time.monotonic() + options.spawn_timeout_s)
+        except (SandboxError, OSError, ChannelClosed, FrameError) as exc:
+            self.close()
+            raise RunnerError(f"the template did not start: {exc}; log: {_log_tail(self.log_path)}") \
+                from None
+        if received is None or not isinstance(received.message, RunnerReady):
+            self.close()
+            what = "not ready" if received is None else "sent something else"
+            raise RunnerError(f"the template {what} after {options.spawn_timeout_s:.0f} s "
+                              f"(EvalOptions.spawn_timeout_s); log: {_log_tail(self.log_path)}")
+        self.ready: RunnerReady = received.message
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork(self, role: str, label: str = "") -> "Runner":
+        """A new runner of `role`, forked now; call `start` (or `wait_ready`) on it next."""
+        if not self.alive():
+            raise RunnerError(f"the template is gone ({describe_status(self._status())}); log: "
+                              f"{_log_tail(self.log_path)}")
+        judge_end, runner_end = socket_pair()
+        log_path = self.logs / f"{role}-{os.getpid()}-{next(self._serial)}{label}.log"
+        scratch = self.options.build_scratch_mb if role == "build" else self.options.scratch_mb
+        address_space = 0
+        if self.containment.kind == containment.NONE and not self.device.startswith("cuda") \
+                and role != "build":
+            address_space = self.options.memory_limit_mb
+        request = ForkRunner(role=role, scratch_mb=scratch, max_processes=self.options.max_processes,
+                             address_space_mb=address_space,
+                             gpu_memory_fraction=self.options.gpu_memory_fraction)
+        with open(log_path, "wb") as log, self._lock:
+            try:
+                self.control.send(request, fds=(runner_end.fileno(), log.fileno()))
+            except (ChannelClosed, OSError) as exc:
+                judge_end.close()
+                raise RunnerError(f"the template is gone ({exc})") from None
+            finally:
+                runner_end.close()
+        memory = self.options.build_memory_mb if role == "build" else self.options.memory_limit_mb
+        return Runner(role, Channel(judge_end, "judge"), log_path, self, memory)
+
+    def _status(self) -> int | None:
+        code = self.proc.poll()
+        if code is None or code >= 0:
+            return code
+        return 128 - code
+
+    def close(self) -> None:
+        self.control.close()
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+_templates = itertools.count()
+
+
+class Runner:
+    """One runner seen from the judge (see the module doc)."""
+
+    def __init__(self, role: str, channel: Channel, log_path: Path, template: Template,
+                 memory_limit_mb: int | None) -> None:
+        self.role = role
+        self.channel = channel
+        self.log_path = log_path
+        self.template = template
+        self.memory_limit_mb = memory_limit_mb
+        self.forked_at = time.monotonic()
+        self.init_pid: int | None = None
+        self.group: containment.RunGroup | None = None
+        self.ready: RunnerReady | None = None
+        self.ready_memory = 0
+        self.exit_status: int | None = None
+        self.dead = False
+        self._killed = False
+
+    # ------------------------------------------------------------------ start-up
+    def start(self, timeout_s: float) -> None:
+        """Take the init's hello, put it in its control group, let it start the runner."""
+        if self.init_pid is not None:
+            return
+        self.channel.want_credentials(True)
+        try:
+            received = self.channel.recv(time.monotonic() + timeout_s)
+        except (ChannelClosed, FrameError) as exc:
+            self.kill()
+            raise RunnerError(f"the {self.role} runner did not start ({exc}); log: "
+                              f"{self.log_tail()}") from None
+        finally:
+            self.channel.want_credentials(False)
+        if received is None or not isinstance(received.message, RunnerStarted) \
+                or received.sender_pid is None:
+            self.kill()
+            raise RunnerError(f"the {self.role} runner did not start within {timeout_s:.0f} s "
+                              f"(EvalOptions.spawn_timeout_s); log: {self.log_tail()}")
+        self.init_pid = received.sender_pid
+        try:
+            self.group = containment.RunGroup(self.template.containment,
+                                              f"{self.role}-{self.init_pid}",
+                                              self.template.options.max_processes)
+            self.group.add(self.init_pid)
+            cap = self.memory_limit_mb
+            if cap is not None:
+                self.group.set_memory_limit((cap + _START_CAP_MB) * 1024 * 1024)
+            self.channel.send(Proceed())
+        except (OSError, ChannelClosed) as exc:
+            self.kill()
+            raise RunnerError(f"the {self.role} runner could not be put in its control group: "
+                              f"{exc}") from None
 
     def wait_ready(self, timeout_s: float) -> RunnerReady:
         if self.ready is not None:
             return self.ready
         deadline = time.monotonic() + timeout_s
+        self.start(timeout_s)
         try:
-            ready = self._reader.read(RunnerReady, deadline)
-        except (msgspec.DecodeError, ValueError) as exc:
+            received = self.channel.recv(deadline)
+        except (ChannelClosed, FrameError) as exc:
             self.kill()
-            raise RunnerError(f"runner sent a malformed ready frame: {exc}") from None
-        if ready is None:
-            timed_out = not self._reader.eof
+            raise RunnerError(f"the {self.role} runner exited during start-up ({exc}); log: "
+                              f"{self.log_tail()}") from None
+        if received is not None and isinstance(received.message, RunnerExited):
             self.kill()
-            if timed_out:
-                raise RunnerError(f"runner not ready after {timeout_s:.0f} s "
-                                  f"(EvalOptions.spawn_timeout_s); log: {self.log_tail()}")
-            raise RunnerError(f"runner exited during start-up ({self.exit_description()}); "
-                              f"log: {self.log_tail()}")
-        self.ready = ready
-        self.runner_pid = self._find_runner_pid()
-        self.ready_rss = rss_bytes(self.runner_pid)
-        return ready
+            raise RunnerError(f"the {self.role} runner exited during start-up "
+                              f"({describe_status(received.message.status)}); log: "
+                              f"{self.log_tail()}")
+        if received is None or not isinstance(received.message, RunnerReady):
+            self.kill()
+            raise RunnerError(f"the {self.role} runner was not ready after {timeout_s:.0f} s "
+                              f"(EvalOptions.spawn_timeout_s); log: {self.log_tail()}")
+        self.ready = received.message
+        assert self.group is not None
+        self.ready_memory = self.group.memory_bytes()
+        if self.memory_limit_mb is not None:
+            self.group.set_memory_limit(self.ready_memory + self.memory_limit_mb * 1024 * 1024)
+        return self.ready
 
-    def _find_runner_pid(self) -> int:
-        """The runner's pid as this host sees it: in a sandbox, the launcher's one child."""
-        if not self.sandboxed:
-            return self.proc.pid
-        pid = self.proc.pid
-        for _ in range(4):        # launcher -> the namespace's init -> the runner
-            child = _first_child(pid)
-            if child is None:
-                break
-            pid = child
-        return pid
-
-    def send(self, job: msgspec.Struct) -> None:
+    # ------------------------------------------------------------------ requests
+    def send(self, message: Any, fds: tuple[int, ...] = ()) -> int:
         try:
-            write_frame(self._job_write, job)
-        except OSError as exc:
-            raise RunnerError(f"runner {self.pid} is gone ({exc})") from None
+            return self.channel.send(message, fds)
+        except (ChannelClosed, OSError) as exc:
+            raise RunnerError(f"the {self.role} runner is gone ({exc})") from None
 
-    def wait_result(self, kind: type[msgspec.Struct], timeout_s: float, timeout_setting: str,
-                    memory_limit_mb: int | None, cancelled: Callable[[], bool]
-                    ) -> tuple[msgspec.Struct | None, str | None]:
-        """(result, None) or (None, why there is none). Kills the runner on any failure."""
-        deadline = time.monotonic() + timeout_s
-        limit = None if memory_limit_mb is None else self.ready_rss + memory_limit_mb * 1024 * 1024
+    def receive(self, deadline: float, timeout_setting: str, cancelled: Callable[[], bool],
+                kill_on_cancel: bool = True) -> tuple[Received | None, str | None]:
+        """(reply, None) or (None, why there is none). Kills the runner on any failure; on a
+        cancel too, unless `kill_on_cancel` is False: then the reply is waited for (and dropped),
+        so that a runner kept for later is in step with its requests."""
+        was_cancelled = False
+        limit_setting = "EvalOptions.build_memory_mb" if self.role == "build" \
+            else "EvalOptions.memory_limit_mb"
         while True:
             try:
-                result = self._reader.read(kind, min(deadline, time.monotonic() + _POLL_S))
-            except (msgspec.DecodeError, ValueError) as exc:
+                received = self.channel.recv(min(deadline, time.monotonic() + _POLL_S))
+            except FrameError as exc:
                 self.kill()
-                return None, f"runner sent a malformed result: {exc}"
-            if cancelled():
+                return None, f"the {self.role} runner sent a malformed reply: {exc}"
+            except ChannelClosed:
+                received = None
+                self.dead = True
+            if received is not None and isinstance(received.message, RunnerExited):
+                self.exit_status = received.message.status
+                self.dead = True
+                received = None
+            if self.dead:
+                oom = self.group is not None and self.group.oom_killed()
                 self.kill()
-                return None, "cancelled"
-            if result is not None:
-                self._reap()
-                return result, None
-            if self._reader.eof:
-                self._reap(grace_s=2.0)
-                return None, (f"the runner process died ({self.exit_description()}); "
+                if oom:
+                    return None, (f"memory limit exceeded: the run's processes together reached "
+                                  f"the limit of {self.memory_limit_mb} MiB on top of what the "
+                                  f"runner held when ready ({limit_setting})")
+                return None, (f"the {self.role} runner died ({describe_status(self.exit_status)}); "
                               f"log: {self.log_tail()}")
+            if received is not None:
+                return (None, "cancelled") if was_cancelled else (received, None)
+            if not was_cancelled and cancelled():
+                if kill_on_cancel:
+                    self.kill()
+                    return None, "cancelled"
+                was_cancelled = True
             if time.monotonic() >= deadline:
                 self.kill()
-                return None, f"timed out after {timeout_s:.0f} s ({timeout_setting})"
-            if limit is not None:
-                rss = rss_bytes(self.runner_pid)
-                if rss > limit:
+                return None, f"timed out ({timeout_setting})"
+            if self.group is not None and not self.group.enforced and \
+                    self.memory_limit_mb is not None:
+                used = self.group.memory_bytes()
+                if used > self.ready_memory + self.memory_limit_mb * 1024 * 1024:
                     self.kill()
-                    return None, (f"memory limit exceeded: resident memory reached "
-                                  f"{rss / 2**20:.0f} MiB, over {memory_limit_mb} MiB on top of "
-                                  f"the runner's start-up (EvalOptions.memory_limit_mb)")
+                    return None, (f"memory limit exceeded: the run's processes together held "
+                                  f"{used / 2**20:.0f} MiB, over {self.memory_limit_mb} MiB on "
+                                  f"top of the runner's start-up ({limit_setting})")
 
-    def _reap(self, grace_s: float = 5.0) -> None:
+    def request(self, message: Any, deadline: float, timeout_setting: str,
+                cancelled: Callable[[], bool], fds: tuple[int, ...] = ()
+                ) -> tuple[Received | None, str | None]:
         try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
+            self.send(message, fds)
+        except RunnerError as exc:
+            self.kill()
+            return None, str(exc)
+        return self.receive(deadline, timeout_setting, cancelled,
+                            kill_on_cancel=self.role != "reference")
 
+    # ------------------------------------------------------------------ the end
     def signal_kill(self) -> None:
-        """Kill the runner's process session now (safe from any thread; pipes stay open)."""
-        if self._signalled:
-            return  # once only: a later signal could reach a reused process-group id
-        self._signalled = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Kill the runner's tree now (safe from any thread; the channel stays open)."""
+        if self._killed:
+            return
+        self._killed = True
+        if self.group is not None:
+            self.group.kill()
+        if self.init_pid is not None:
+            try:
+                if self.template.sandboxed:
+                    os.kill(self.init_pid, signal.SIGKILL)   # its PID namespace ends with it
+                else:
+                    os.killpg(self.init_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def kill(self) -> None:
-        """Kill the runner and everything in its session, close the pipes; never raises."""
+        """Kill the runner's tree, remove its group, close the channel; never raises."""
+        self.dead = True
         self.signal_kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        for fd in (self._job_write, self._reader.fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._job_write = self._reader.fd = -1
+        self.channel.close()
+        if self.group is not None:
+            self.group.close()
+            self.group = None
 
-    def exit_description(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if code > 128 and self.sandboxed:
-            code = -(code - 128)      # the sandbox's init reports a signal as 128 + its number
-        if code < 0:
-            try:
-                return f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
-
-    def log_tail(self, limit: int = 1500) -> str:
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(0, os.SEEK_END)
-                size = log.tell()
-                log.seek(max(0, size - limit))
-                text = log.read().decode("utf-8", "replace")
-        except OSError:
-            return "(no log)"
-        lines = [line for line in text.splitlines() if line.strip()]
-        return " | ".join(lines[-12:]) if lines else "(empty)"
+    def log_tail(self) -> str:
+        return _log_tail(self.log_path)
 
     def remove_log(self) -> None:
         try:
@@ -253,62 +383,62 @@ class RunnerProcess:
             pass
 
 
-def _first_child(pid: int) -> int | None:
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as children:
-                found = children.read().split()
-            if found:
-                return int(found[0])
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 class SparePool:
-    """Runners started ahead of need. `take()` hands out the oldest and starts a replacement."""
+    """Candidate runners started ahead of need; `take()` hands out the oldest ready one and starts
+    its replacement. Starting one is a fork of the template plus its CUDA context (tenths of a
+    second), done on a thread of its own so that the worker is never blocked by it."""
 
-    def __init__(self, factory: Callable[[], RunnerProcess], size: int) -> None:
+    def __init__(self, factory: Callable[[], Runner], size: int, timeout_s: float) -> None:
         self._factory = factory
         self._size = size
-        self._spares: collections.deque[RunnerProcess] = collections.deque()
+        self._timeout_s = timeout_s
+        self._spares: collections.deque[tuple[Runner, threading.Thread]] = collections.deque()
         self._lock = threading.Lock()
         self._closed = False
 
+    def _launch(self) -> None:
+        try:
+            runner = self._factory()
+        except RunnerError:
+            return
+        thread = threading.Thread(target=self._warm, args=(runner,), daemon=True,
+                                  name=f"specgen-spare-{runner.role}")
+        thread.start()
+        self._spares.append((runner, thread))
+
+    def _warm(self, runner: Runner) -> None:
+        try:
+            runner.wait_ready(self._timeout_s)
+        except RunnerError:
+            pass          # found out by take(), which starts another
+
     def start(self) -> None:
         with self._lock:
-            while len(self._spares) < self._size:
-                self._spares.append(self._factory())
+            while len(self._spares) < self._size and not self._closed:
+                self._launch()
 
-    def take(self, timeout_s: float) -> tuple[RunnerProcess, float]:
+    def take(self, timeout_s: float) -> tuple[Runner, float]:
         """A ready runner and the seconds spent waiting for it."""
         began = time.monotonic()
         for attempt in range(2):
             with self._lock:
                 if self._closed:
                     raise RunnerError("the worker is closed")
-                runner = self._spares.popleft() if self._spares else None
-                if self._size > 0:
-                    # The replacement starts now, while this runner's job runs.
-                    while len(self._spares) < self._size:
-                        self._spares.append(self._factory())
-            if runner is None:
-                runner = self._factory()  # no spares: start-up on the critical path
+                taken = self._spares.popleft() if self._spares else None
+                while len(self._spares) < self._size:
+                    self._launch()
+            if taken is None:
+                runner = self._factory()
+                thread = None
+            else:
+                runner, thread = taken
+            if thread is not None:
+                thread.join(timeout_s)
             try:
                 runner.wait_ready(timeout_s)
                 return runner, time.monotonic() - began
             except RunnerError:
+                runner.kill()
                 runner.remove_log()
                 if attempt == 1:
                     raise
@@ -318,9 +448,40 @@ class SparePool:
         with self._lock:
             self._closed = True
             spares, self._spares = list(self._spares), collections.deque()
-        for runner in spares:
+        for runner, _ in spares:
             runner.kill()
             runner.remove_log()
 
     def __len__(self) -> int:
         return len(self._spares)
+
+
+# ---------------------------------------------------------------------- the sandbox probe
+
+def probe(template: Template) -> SandboxStatus:
+    """Whether `template`'s sandbox works for its device: one real runner forked from it, which
+    lays out its own namespaces and view, drops its privileges, starts (on a GPU: starts CUDA)
+    and answers a request."""
+    from specgen.messages import Trial
+
+    if not template.sandboxed:
+        return SandboxStatus(sandbox.NONE, "the template runs without a sandbox")
+    try:
+        runner = template.fork("candidate", "-probe")
+        runner.wait_ready(template.options.spawn_timeout_s)
+    except RunnerError as exc:
+        what = "CUDA does not start inside the sandbox" if template.device.startswith("cuda") \
+            else "a runner does not start inside the sandbox"
+        return SandboxStatus(sandbox.NONE, f"{what}: {exc}")
+    # An unloaded candidate runner answers a trial with an error: enough to know it serves.
+    reply, why = runner.request(Trial(index=0, seed=1, digest_seed=1), time.monotonic() + 60,
+                                "the probe's timeout", lambda: False)
+    runner.kill()
+    if reply is None:
+        return SandboxStatus(sandbox.NONE, f"a sandboxed runner does not answer: {why}")
+    runner.remove_log()
+    uid = sandbox.outer_uid()
+    who = f"uids {uid} and {uid + 1}" if uid is not None else "the worker's uid"
+    return SandboxStatus(sandbox.NAMESPACES,
+                         f"user, mount, PID, IPC and network namespaces per runner as {who}; "
+                         f"limits: {template.containment.describe()}")

@@ -1,49 +1,51 @@
-"""The sandbox every runner lives in: its own user, mount, PID and network namespaces.
+"""The sandbox every runner lives in: namespaces of its own and a view of the host that holds only
+what a run needs.
 
-A runner executes untrusted candidate code, so the worker starts it as
+A worker starts one *template* process per device (eval/template.py) as
 
     unshare --user --mount --pid --fork --kill-child --net
-        python -m specgen.eval.namespaces SPEC -- python -m specgen.eval.runner ...
+        python -m specgen.eval.namespaces SPEC -- python -m specgen.eval.template ...
 
-and eval/namespaces.py (the "setup" stage, run inside the new namespaces, still holding the
-namespace's capabilities and running no candidate code) lays out the view, then drops every
-capability and execs the runner:
+The setup stage (eval/namespaces.py, run inside the new namespaces, no candidate code) builds a
+new root file system from an allow list and pivots into it:
 
-- a fresh `/proc` for the new PID namespace (other processes are not there), with what the
-  host's `/proc/driver/nvidia` shows bound over the fresh one's: a container runtime lays its own
-  files there (a `params` that tells the driver not to create device files, the GPUs the
-  container may see) and the driver's library refuses to start on the unmasked view;
-- the whole file system read-only (one recursive `mount_setattr`);
-- a fresh tmpfs over each hidden path (`/tmp`, `/run`, `/root`, `/home`, HOME, the worker's own
-  directories, the cluster's state, key and socket directories): what the cluster keeps there
-  (ZeroMQ ipc sockets, CURVE keys, journals, other candidates' files) does not exist inside;
-- the paths the runner needs (the Python installation, `sys.path`, the evaluation cache) bound
-  back read-only where a hidden path covered them, and a build directory bound writable for a
-  build runner;
-- `/tmp` a private, size-capped tmpfs: HOME, caches and the job's files live there and vanish
-  with the run (a candidate that fills it gets ENOSPC, nobody else does);
-- no network at all (a new network namespace: loopback down, no route to the scheduler), a
-  process-count limit (a fork bomb meets EAGAIN), an empty capability bounding set and
-  no_new_privs, so the candidate cannot undo any of this;
-- the setup stage stays as the namespace's init (PID 1) and the runner is PID 2: when the runner
-  ends, init ends, and the kernel kills every process left in the namespace, a double-forked
-  `setsid` grandchild included; the worker kills the whole group the same way.
+- read-only: the system directories (/usr, /etc and the /bin, /lib links), the Python
+  installation and the directories on `sys.path`, the `specgen` package directory alone (not the
+  checkout around it: not `./specgen-runs/`, not journals, not another run's outputs), the
+  evaluation cache (built libraries), CUDA_HOME and LD_LIBRARY_PATH entries, /sys;
+- /dev with only null, zero, full, random, urandom and the `nvidia*` nodes;
+- a fresh /proc of the new PID namespace (the host's driver entries bound over its own: a
+  container runtime lays its files there), left writable because the CUDA driver writes its own
+  entries while it starts; its /sys stays a read-only bind;
+- a private /tmp tmpfs (size-capped) for HOME, TMPDIR and the caches;
+- nothing else: no /root, /home, /var, /run, the worker's work directory, sockets, keys.
 
-Outside the namespace, the runner is an unprivileged user (U, one per worker process, when the
-worker is root: the worker writes the id maps, see `map_ids`), so even a file a hidden path
-missed is only readable where it is world-readable, and the process limit counts its processes
-alone.
-Where namespaces cannot be created (a container without the right), `probe()` says why and the
-worker refuses untrusted candidates unless its options allow running them unsandboxed.
+The template keeps the namespace's capabilities (it runs no candidate code) and forks each
+runner, which makes namespaces of its own (mount, PID, IPC, network, UTS), a private /tmp of
+`EvalOptions.scratch_mb` (`build_scratch_mb` for a build) and /dev/shm, a /proc of its own, and
+then drops every capability, takes an unprivileged uid (candidates and builds one, the reference
+another) and sets no_new_privs before any job reaches it. Limits on its process tree come from
+eval/containment.py. A runner is PID 1 of its own PID namespace's init's child: when it ends, its
+namespace and everything the candidate started in it end.
+
+Outside, a root worker's runners are unprivileged users (UID_BASE + 2 x the worker's pid for
+candidates and builds, + 1 for its reference runners): the worker writes the namespace's id maps
+itself (util-linux maps more than one id only through newuidmap, which hosts rarely have). So a
+file the view did show is readable only where it is world-readable, and the process limit counts
+the run's processes alone. The runner's environment is an allow list (PATH, locale,
+CUDA/NVIDIA/TORCH/TRITON/OMP/BLAS variables; never `SPECGEN_*` or anything named like a key,
+token or secret).
+
+Where namespaces cannot be created (a container without the right), the worker says why and
+refuses untrusted candidates unless its options allow running them unsandboxed. The verdict does
+not rest on the sandbox either way: it rests on the judge (eval/judge.py), a process candidate
+code never runs in.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,10 +55,12 @@ import specgen
 NAMESPACES = "namespaces"
 NONE = "none"
 
-# Always hidden: where a host keeps sockets, keys, per-user state and other processes' scratch.
-DEFAULT_HIDDEN = ("/tmp", "/var/tmp", "/run", "/root", "/home")   # and /dev, always
 SCRATCH = "/tmp"                 # the private writable directory, inside the sandbox
-UID_BASE = 2_000_000             # outer uid of a root worker's runners: UID_BASE + worker pid
+UID_BASE = 2_000_000             # outer uids of a root worker's runners: UID_BASE + 2 x its pid
+INNER_UID = 1                    # candidate and build runners, inside; outer_uid() outside
+INNER_UID_REF = 2                # reference runners, inside; outer_uid() + 1 outside
+SYSTEM_PATHS = ("/usr", "/etc", "/opt/conda", "/usr/local")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 class SandboxError(RuntimeError):
@@ -67,15 +71,15 @@ class SandboxError(RuntimeError):
 class SandboxSpec:
     """What the setup stage lays out; travels to it as JSON on its command line."""
 
-    hidden: list[str] = field(default_factory=list)     # covered by an empty tmpfs
-    readonly: list[str] = field(default_factory=list)   # bound back read-only where covered
-    writable: list[str] = field(default_factory=list)   # bound back writable (a build directory)
+    readonly: list[str] = field(default_factory=list)   # bound read-only into the new root
+    hidden: list[str] = field(default_factory=list)     # covered by an empty tmpfs (inside a bind)
+    links: list[str] = field(default_factory=list)      # top-level symbolic links kept as links
     devices: list[str] = field(default_factory=list)    # the only device files under /dev
-    scratch_mb: int = 1024                              # size of the private /tmp
-    max_processes: int = 512                            # RLIMIT_NPROC: processes and threads
+    scratch_mb: int = 64                                # size of the template's own /tmp
+    max_processes: int = 512                            # RLIMIT_NPROC when privileges drop here
     cwd: str = SCRATCH + "/work"
-    drop_to_uid: bool = False                           # become INNER_UID once laid out
-    hide_dev: bool = True                               # only `devices` under /dev
+    uid: int | None = None                              # become this uid when privileges drop
+    keep_capabilities: bool = True                      # the template makes its runners' namespaces
     mount_proc: bool = True                             # a fresh /proc (see the module doc)
 
 
@@ -85,29 +89,53 @@ class SandboxStatus:
     detail: str                   # why NONE, or how the namespaces are made
 
 
-def needed_paths() -> list[str]:
-    """What any runner must read: the interpreter, its libraries and the specgen package."""
+def package_dir() -> str:
+    return str(Path(specgen.__file__).resolve().parent)
+
+
+def view_paths(cache_dir: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """What the sandbox's root holds, read-only: the system, the interpreter and its libraries,
+    the `specgen` package (alone: the directory around it is not shown), the cache."""
+    package = package_dir()
+    around = str(Path(package).parent)
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix,
-             str(Path(sys.executable).resolve().parent),
-             str(Path(specgen.__file__).resolve().parent.parent)}
-    paths.update(p for p in sys.path if p and os.path.exists(p))
-    return sorted(str(Path(p).resolve()) for p in paths)
+             str(Path(sys.executable).resolve().parent), package, *SYSTEM_PATHS}
+    for entry in sys.path:
+        if entry and os.path.isdir(entry) and os.path.realpath(entry) != around:
+            paths.add(entry)
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(name):
+            paths.add(os.environ[name])
+    paths.update(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p)
+    if cache_dir:
+        paths.add(cache_dir)
+    paths.update(extra or [])
+    return sorted(str(Path(p).resolve()) for p in paths if os.path.exists(p))
+
+
+def system_links() -> list[str]:
+    return [p for p in SYSTEM_LINKS if os.path.lexists(p)]
 
 
 def outer_uid() -> int | None:
-    """The unprivileged uid a root worker's runners run as (one per worker process); None when
-    the worker is not root (then its runners run as the worker's own uid)."""
-    return UID_BASE + os.getpid() if os.geteuid() == 0 else None
+    """The unprivileged uid a root worker's candidate and build runners run as (its reference
+    runners: this + 1); None when the worker is not root (then every runner runs as the worker's
+    own uid, mapped to root inside)."""
+    return UID_BASE + 2 * os.getpid() if os.geteuid() == 0 else None
 
 
-INNER_UID = 1                    # the runner's uid inside; mapped to outer_uid() outside
+def runner_uid(role: str) -> int | None:
+    """The uid a runner of `role` takes inside, or None where only one id is mapped."""
+    if outer_uid() is None:
+        return None
+    return INNER_UID_REF if role == "reference" else INNER_UID
 
 
 def map_ids(launcher_pid: int, uid: int, timeout_s: float = 10.0) -> None:
-    """Write the user namespace's id maps of a launcher started with `launcher(..., uid)`:
-    root inside is root outside (only until the setup stage has laid out the view; it has no
-    capability outside its namespaces) and INNER_UID is `uid`. A root worker writes them because
-    util-linux can map a second id only through newuidmap, which hosts rarely have."""
+    """Write the user namespace's id maps of a launcher started with `launcher(..., uid)`: root
+    inside is root outside (only for the setup stage and the template, which run no candidate
+    code and hold no capability outside their namespaces), INNER_UID is `uid` and INNER_UID_REF
+    is `uid + 1`."""
     own = os.readlink("/proc/self/ns/user")
     deadline = time.monotonic() + timeout_s
     while True:
@@ -121,7 +149,7 @@ def map_ids(launcher_pid: int, uid: int, timeout_s: float = 10.0) -> None:
         time.sleep(0.001)
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{launcher_pid}/{name}", "w") as out:
-            out.write(f"0 0 1\n{INNER_UID} {uid} 1\n")
+            out.write(f"0 0 1\n{INNER_UID} {uid} 1\n{INNER_UID_REF} {uid + 1} 1\n")
 
 
 def device_nodes() -> list[str]:
@@ -135,106 +163,39 @@ def device_nodes() -> list[str]:
 
 
 def launcher(spec: SandboxSpec, uid: int | None) -> list[str]:
-    """The command prefix that starts `python -m specgen.eval.sandbox` in fresh namespaces."""
+    """The command prefix that runs the setup stage in fresh namespaces."""
+    import json
+
     unshare = shutil.which("unshare")
     if unshare is None:
         raise SandboxError("util-linux `unshare` is not installed")
     # With a uid, the id maps are written from outside (map_ids) and the setup stage waits for
     # them; without, the worker is not root and its own uid becomes root inside.
     mapping = [] if uid is not None else ["--map-root-user"]
-    spec.drop_to_uid = uid is not None
     return [unshare, "--user", *mapping, "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--propagation", "private",
             sys.executable, "-m", "specgen.eval.namespaces", json.dumps(asdict(spec)), "--"]
 
 
-_probe_lock = threading.Lock()
-_probed: SandboxStatus | None = None
+def namespaces_possible() -> SandboxStatus:
+    """A quick look (a millisecond-scale `unshare` of the same namespaces, no Python started)
+    at whether this host lets a process make the sandbox's namespaces at all. The worker's own
+    check is a real runner started in a real sandbox (eval/runner_process.py, `probe`)."""
+    import subprocess
 
-
-def probe() -> SandboxStatus:
-    """Whether this host can sandbox runners; tried once per process with a real setup."""
-    global _probed
-    with _probe_lock:
-        if _probed is not None:
-            return _probed
-        try:
-            command = launcher(SandboxSpec(hidden=list(DEFAULT_HIDDEN), readonly=needed_paths(),
-                                           scratch_mb=4, devices=device_nodes()), outer_uid())
-        except SandboxError as exc:
-            _probed = SandboxStatus(NONE, str(exc))
-            return _probed
-        check = ("import os,socket; s=socket.socket(); s.settimeout(1);"
-                 "ok=os.getppid()==1 and s.connect_ex(('127.0.0.1',9))!=0;"
-                 "open('/tmp/x','w').write('x'); print('sandbox-ok' if ok else 'sandbox-leaky')")
-        try:
-            child = subprocess.Popen([*command, sys.executable, "-c", check], text=True, cwd="/",
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**minimal_env(), "PYTHONPATH": python_path()})
-            try:
-                if outer_uid() is not None:
-                    map_ids(child.pid, outer_uid())   # type: ignore[arg-type]
-                stdout, stderr = child.communicate(timeout=60)
-            finally:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait()
-            done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
-        except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
-            _probed = SandboxStatus(NONE, f"namespaces could not be created: {exc}")
-            return _probed
-        if done.returncode == 0 and done.stdout.strip() == "sandbox-ok":
-            uid = outer_uid()
-            who = f"uid {uid}" if uid is not None else "the worker's uid"
-            _probed = SandboxStatus(NAMESPACES, f"user, mount, PID and network namespaces as {who}")
-        else:
-            lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-            _probed = SandboxStatus(NONE, "namespaces could not be created: "
-                                    + (lines[-1][:300] if lines else f"exit {done.returncode}"))
-        return _probed
-
-
-_cuda_probed: dict[str, SandboxStatus] = {}
-
-
-def probe_cuda(visible_device: str) -> SandboxStatus:
-    """`probe()`, and for a GPU worker also whether CUDA starts inside the sandbox on that GPU
-    (`visible_device`: its CUDA_VISIBLE_DEVICES value). A host whose driver will not start in
-    these namespaces gets a sandbox of kind NONE saying so, so that GPU candidates are refused
-    with that reason (or run unsandboxed where the operator allows it) instead of all failing."""
-    base = probe()
-    if base.kind != NAMESPACES:
-        return base
-    with _probe_lock:
-        if visible_device in _cuda_probed:
-            return _cuda_probed[visible_device]
-        check = ("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize();"
-                 "print('sandbox-cuda-ok')")
-        env = {**minimal_env(), "CUDA_VISIBLE_DEVICES": visible_device,
-               "PYTHONPATH": python_path()}
-        env.pop("TRITON_INTERPRET", None)
-        status = base
-        try:
-            command = launcher(SandboxSpec(hidden=list(DEFAULT_HIDDEN), readonly=needed_paths(),
-                                           scratch_mb=64, devices=device_nodes()), outer_uid())
-            child = subprocess.Popen([*command, sys.executable, "-c", check], text=True, cwd="/",
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-            try:
-                if outer_uid() is not None:
-                    map_ids(child.pid, outer_uid())   # type: ignore[arg-type]
-                out, _ = child.communicate(timeout=180)
-            finally:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait()
-            if "sandbox-cuda-ok" not in out:
-                lines = [line for line in out.splitlines() if line.strip()]
-                status = SandboxStatus(NONE, "CUDA does not start inside the sandbox: "
-                                       + (lines[-1][:300] if lines else f"exit {child.returncode}"))
-        except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
-            status = SandboxStatus(NONE, f"CUDA does not start inside the sandbox: {exc}")
-        _cuda_probed[visible_device] = status
-        return status
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return SandboxStatus(NONE, "util-linux `unshare` is not installed")
+    mapping = [] if os.geteuid() == 0 else ["--map-root-user"]
+    try:
+        done = subprocess.run([unshare, "--user", *mapping, "--mount", "--pid", "--fork", "--net",
+                               "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SandboxStatus(NONE, f"namespaces could not be created: {exc}")
+    if done.returncode != 0:
+        return SandboxStatus(NONE, "namespaces could not be created: "
+                             + (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
+    return SandboxStatus(NAMESPACES, "user, mount, PID and network namespaces can be made")
 
 
 # The only variables a runner inherits from its worker (by exact name or prefix): what torch,

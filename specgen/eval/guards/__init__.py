@@ -1,19 +1,18 @@
-"""Every cheat guard of the evaluation, and the reward hack each one stops.
+"""Every defence of the verdict, and the reward hack each one stops.
 
-A guard either flags (`Verdict.flags`, `"<code>: <reason>"`; any flag rejects the candidate) or
-arranges the run so that a hack fails the ordinary correctness check. Where they live:
+The verdict rests on the judge (eval/judge.py), a process the candidate never runs in: it makes
+the inputs (fresh, unpredictable seeds per call), has the reference runner compute the accurate
+value and compare the candidate's whole output with it, checks every call's digest, measures
+every time on its own clock. Most hacks therefore need no guard of their own: they simply fail
+the comparison (wrong, stale, lazy or unwritten outputs), or gain nothing (a swapped clock, a
+thread finishing after `forward` returns, memoization across calls that never see the same
+inputs). What is left are the checks below. A flag (`Verdict.flags`, `"<code>: <reason>"`)
+rejects the candidate.
 
-* `static`: the source scan, run by the worker before any of the candidate's code runs (and again
-  in the runner, for callers that run a job directly);
-* `runtime`: instrumentation installed in the runner before the candidate's module executes;
-* `probes`: checks that run the candidate (next to the reference) and read what happened;
-* a few stay in the evaluation's flow (`harness.Evaluation`), in the comparison (`compare`), the
-  timer (`timing`), the loader and the extension machinery (`extensions`), where they are one
-  step of doing the work itself. `GUARDS` names them all.
-
-Isolation is not listed: the sandbox (`sandbox.py`, `namespaces.py`), one runner process per
-candidate (`runner_process.py`) and the scrubbing of what a run reports (`redact.py`) protect everything
-outside the run, not the run's own verdict.
+The candidate's runner reports evidence of its own kernels (launch counts, kernel errors, builds):
+that can only reject, never accept (a candidate that inflates its count gains nothing the judge
+does not check). No check reads the candidate's source: what a pattern in the source could hide,
+the judge's measurements do not depend on.
 
 Importing this package does not import torch (`specgen.eval` exports `FLAG_CODES` from here).
 """
@@ -23,33 +22,19 @@ from typing import NamedTuple
 
 # code -> what it means; tests and callers match on the code before the colon.
 FLAG_CODES: dict[str, str] = {
-    "try-fallback": "errors swallowed by try/except: a fallback path can hide a failing kernel",
-    "timer-patch": "timers, events or synchronization replaced",
-    "monkey-patch": "attributes of an imported module replaced",
-    "thread": "work started on other threads or processes",
-    "side-stream": "work launched on a CUDA stream other than the current one",
-    "lazy-tensor": "a tensor subclass or dispatch hook that can defer or fake work",
-    "memoized": "results cached across calls (by value, shape or data pointer)",
-    "precision": "precision lowered beyond the problem's tolerance or global precision changed",
-    "introspection": "reads outside its own module (frames, gc, sys.modules, ctypes)",
-    "custom-kernel-not-run": "the custom kernel it defines never ran (failed build, fallback)",
+    "custom-kernel-not-run": "the custom kernel it defines never ran (failed build, fallback taken)",
     "kernel-error-fallback": "its kernel raised and the candidate carried on without it",
-    "same-output-buffer": "the same output storage returned on every call",
-    "output-aliases-input": "the output shares memory with an input",
-    "output-aliases-persistent": "the output shares memory with the module's own tensors",
-    "mutated-inputs": "inputs changed by the call",
     "tensor-subclass": "the output is not a plain torch.Tensor",
+    "memoized": "the output did not follow its inputs refilled in place (cached by pointer, shape or call)",
     "hard-coded-shape": "fails on a second input shape the problem allows",
     "parameter-mismatch": "its parameters do not line up with the reference's",
     "initial-params-only": "matches the reference only at the initial parameter values",
-    "reads-reference-output": "its output is the reference's output tensor",
-    "problem-namespace": "the problem's module was changed",
     "beyond-floor": "faster than the device's memory-bandwidth or compute floor allows",
 }
 
 
 def flag_code(flag: str) -> str:
-    """The code of a flag string ("side-stream: ..." -> "side-stream")."""
+    """The code of a flag string ("memoized: ..." -> "memoized")."""
     return flag.split(":", 1)[0]
 
 
@@ -60,62 +45,47 @@ class Guard(NamedTuple):
 
 
 GUARDS: tuple[Guard, ...] = (
-    # --- before anything runs
-    Guard("guards.static:scan_source",
-          "try-fallback timer-patch monkey-patch thread side-stream lazy-tensor memoized precision "
-          "introspection",
-          "known hacks visible in the source, C++/CUDA strings included (refused unexecuted)"),
-    # --- installed in the runner before the candidate's module executes
-    Guard("guards.dynamic:Sentinels", "timer-patch monkey-patch problem-namespace",
-          "patched timers, events, synchronize, torch ops, nn classes or the problem's module"),
-    Guard("guards.dynamic:precision_state", "precision",
-          "global precision lowered: TF32, reduced-precision reductions, autocast, default dtype"),
+    # --- the judge's own steps
+    Guard("judge:Judge.trial", "",
+          "memoized or precomputed outputs: every call's inputs come from a fresh seed the "
+          "candidate learns only with the request"),
+    Guard("judge:Judge.checked", "tensor-subclass",
+          "wrong, stale, unwritten, NaN, near-zero or lazy outputs: the whole output, copied out, "
+          "compared by the reference with its accurate value"),
+    Guard("judge:Judge._digests_differ", "",
+          "work finishing after the call returned (threads, side streams), outputs changing "
+          "after the call: the digest read as the call returned must match"),
+    Guard("judge:Judge.timed", "",
+          "a swapped clock, events or synchronize: times are the judge's, from its request to "
+          "the kernel's timestamp on the reply"),
+    Guard("judge:Judge.overhead", "",
+          "the harness's own costs: the same path timed with no call, subtracted for both sides"),
+    Guard("judge:Judge._check_last", "",
+          "behaving only until timed: timed calls' digests, and some timed outputs compared in "
+          "full, chosen after the call"),
+    Guard("judge:Judge._memo_probe", "memoized",
+          "a result cached by data pointer or shape: the same tensors refilled with new values"),
+    Guard("judge:Judge._second_shape", "hard-coded-shape",
+          "kernels hard-coded to the one input shape the problem uses"),
+    Guard("judge:Judge._randomized_params", "parameter-mismatch initial-params-only",
+          "wrong-shape parameters, and outputs baked in for the initial weights"),
+    Guard("judge:Judge._kernels_ran", "custom-kernel-not-run",
+          "an extension that failed to build, or kernels that never run, with PyTorch doing the "
+          "work (a fallback only counts when it ran)"),
+    Guard("judge:Judge._floor", "beyond-floor",
+          "a time below what memory bandwidth and compute allow"),
+    Guard("compare:compare_tensor", "",
+          "precision lowered beyond the problem's (TF32, half precision): outputs are compared "
+          "with a float64 reference, allowing only the problem's own error"),
+    # --- evidence from the candidate's runner (reject-only)
     Guard("guards.dynamic:LaunchCounter", "custom-kernel-not-run kernel-error-fallback",
           "Triton kernels that never launch, or raise while the call carries on in PyTorch"),
-    Guard("guards.dynamic:ThreadCounter", "thread", "work moved to threads the timer does not see"),
-    Guard("extensions:install", "custom-kernel-not-run",
-          "an extension that never builds with a silent fallback (failed builds are recorded)"),
     Guard("extensions:CountingModule", "custom-kernel-not-run kernel-error-fallback",
           "extension functions never called, or raising while the call carries on"),
+    Guard("extensions:install", "custom-kernel-not-run",
+          "an extension that never builds with a silent fallback (failed builds are recorded)"),
+    # --- isolation: the problem's module and the candidate's are never one namespace
     Guard("loader:exec_source", "",
-          "a candidate rewriting the problem's globals: each runs in a module of its own"),
-    # --- probes, run by the flow after the correctness trials (and some on every trial)
-    Guard("guards.probes:check_globals", "timer-patch monkey-patch problem-namespace precision",
-          "patches and precision changes made at load or during any call (put back after)"),
-    Guard("guards.probes:trial_guards",
-          "mutated-inputs output-aliases-input output-aliases-persistent reads-reference-output "
-          "same-output-buffer",
-          "outputs that are an input, a kept tensor, the reference's output or the previous "
-          "call's buffer; overwritten inputs"),
-    Guard("guards.probes:memo_probe", "memoized",
-          "memoized outputs: the same input buffers refilled with new values return stale results"),
-    Guard("guards.probes:second_shape_trial", "hard-coded-shape kernel-error-fallback",
-          "kernels hard-coded to the one input shape the problem uses"),
-    Guard("guards.probes:randomized_params_trial", "parameter-mismatch initial-params-only",
-          "wrong-shape parameters, and outputs baked in for the initial weights"),
-    Guard("guards.probes:kernels_ran", "custom-kernel-not-run",
-          "an extension that fails to build, or kernels that never run, with PyTorch doing the work"),
-    Guard("guards.probes:profiler_probe", "side-stream custom-kernel-not-run",
-          "side-stream timing (kernels on streams the events miss); only the reference's kernels"),
-    Guard("guards.probes:floor_check", "beyond-floor",
-          "a time below what memory bandwidth and compute allow (work hidden from the timer)"),
-    # --- steps of the flow itself
-    Guard("harness:Evaluation._correctness_trials", "problem-namespace",
-          "reading this trial's reference output or inputs: fresh seeds, a clone per model, "
-          "the candidate first; get_inputs changed from outside"),
-    Guard("harness:Evaluation.poison", "",
-          "an output never written passing on stale memory: free blocks are filled with NaN"),
-    Guard("harness:Evaluation.call_candidate", "kernel-error-fallback thread",
-          "a kernel error swallowed inside the call; threads started by a call"),
-    Guard("harness:Evaluation.compare_outputs", "tensor-subclass precision",
-          "lazy tensor subclasses as outputs; precision downgrade (right only at fp16 tolerance)"),
-    Guard("compare:compare", "",
-          "NaN/Inf outputs, and near-zero outputs passing on the absolute tolerance alone"),
-    Guard("harness:Evaluation._profile", "thread",
-          "memoizing across timed calls (input sets rotated); behaving only until timed "
-          "(output checked again after timing)"),
-    Guard("timing:Timer.time", "",
-          "side-stream work and host time hidden from the events: device-wide synchronize, L2 flush"),
-    Guard("harness:Evaluation._time_reference", "",
-          "a slowed-down reference: its cached timing comes from a runner no candidate ran in"),
+          "a candidate's module constants changing the problem's input shapes (KernelBench "
+          "executes both in one namespace)"),
 )

@@ -1,0 +1,196 @@
+"""One call of a model inside a runner: inputs made from a seed, the call, the output's digest.
+
+Both the reference runner and the candidate runner do a trial the same way (`run_trial`), so the
+judge times the same path on both sides and nothing but the model differs:
+
+1. the inputs, by the problem's own `get_inputs()` after seeding every generator with the trial's
+   seed, made on the device. They are the last thing written before the call: whatever the
+   caches hold when the model is called is the inputs, as warm as any order could make them, so
+   reordering this in a candidate's process gains nothing;
+2. the call;
+3. the digest: random weights W (standard normal, from the trial's digest seed, one per output
+   element), then per output tensor sum(output x W) accumulated in float64, read back to the
+   host. Reading it needs the whole output computed, so the reply cannot leave before the work
+   is done (a thread or a side stream still writing the output makes the digest wrong, not the
+   time short), and no output but the right one matches the reference's digest.
+
+Importing this module imports torch: it runs in runners only.
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from specgen.eval.loader import ProblemSource, exec_source, problem_from_text
+from specgen.messages import LoadProblem, OutputMeta, Trial
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+        np.random.seed(seed % (2**32))
+    except ImportError:
+        pass
+
+
+def flatten(output: Any) -> list[Any]:
+    """Outputs as a flat list (a tensor, or nested tuples/lists of tensors and numbers)."""
+    if isinstance(output, (tuple, list)):
+        return [leaf for item in output for leaf in flatten(item)]
+    return [output]
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def output_meta(leaves: list[Any]) -> list[OutputMeta]:
+    metas = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            metas.append(OutputMeta(kind="tensor", shape=list(leaf.shape),
+                                    dtype=dtype_name(leaf.dtype),
+                                    nbytes=leaf.numel() * leaf.element_size(),
+                                    plain=type(leaf) is torch.Tensor))
+        elif isinstance(leaf, (bool, int, float)):
+            metas.append(OutputMeta(kind="number", value=float(leaf)))
+        else:
+            metas.append(OutputMeta(kind="other", text=type(leaf).__name__[:80]))
+    return metas
+
+
+def digest_weights(leaves: list[Any], digest_seed: int, device: str) -> list[Any]:
+    """W per output tensor: standard normal float32 values of its shape, drawn from the seed."""
+    generator = torch.Generator(device=device).manual_seed(digest_seed)
+    return [torch.randn(tuple(leaf.shape), generator=generator, device=device,
+                        dtype=torch.float32) if isinstance(leaf, torch.Tensor) else None
+            for leaf in leaves]
+
+
+def digests(leaves: list[Any], weights: list[Any]) -> list[float]:
+    """sum(output x W) in float64 per output tensor (one device-to-host read for all)."""
+    sums = []
+    for leaf, weight in zip(leaves, weights):
+        if isinstance(leaf, torch.Tensor) and weight is not None:
+            values = torch.view_as_real(leaf).sum(-1) if leaf.is_complex() else leaf
+            if values.device != weight.device or tuple(values.shape) != tuple(weight.shape):
+                sums.append(None)
+                continue
+            sums.append(torch.sum(values.to(torch.float32) * weight, dtype=torch.float64))
+    present = [s for s in sums if s is not None]
+    read = torch.stack(present).tolist() if present else []
+    values = iter(read)
+    return [float("nan") if s is None else float(next(values)) for s in sums]
+
+
+class ProblemModule:
+    """The problem's module in this runner, and how it makes inputs."""
+
+    def __init__(self, request: LoadProblem, device: str, job_dir: Path) -> None:
+        self.device = device
+        os.environ["SPECGEN_PROBLEM_SCALE"] = request.scale
+        self.source: ProblemSource = problem_from_text(request.problem_source,
+                                                       name=request.problem_name)
+        self.module = exec_source(self.source, f"specgen_problem_{self.source.sha256[:12]}",
+                                  job_dir)
+        self.name = request.problem_name
+        seed_all(request.init_seed - 1)
+        self.init_inputs = list(self.module.get_init_inputs())
+        self.init_seed = request.init_seed
+
+    def build(self, constructor: Callable[..., Any]) -> Any:
+        """`constructor(*get_init_inputs())` after the shared init seed, on the device."""
+        seed_all(self.init_seed)
+        model = constructor(*self.init_inputs)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+        return model
+
+    def inputs(self, seed: int, shape: dict[str, int]) -> list[Any]:
+        """get_inputs() after seeding with `seed`, with module constants `shape` in force, made
+        on the device directly (drawing GPU-sized inputs on the CPU takes seconds)."""
+        saved = {name: getattr(self.module, name) for name in shape}
+        try:
+            for name, value in shape.items():
+                setattr(self.module, name, value)
+            seed_all(seed)
+            with torch.device(self.device):
+                made = list(self.module.get_inputs())
+        finally:
+            for name, value in saved.items():
+                setattr(self.module, name, value)
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in made]
+
+    def shape_constants(self) -> dict[str, int]:
+        """Module-level ints read by get_inputs() but not by get_init_inputs() or Model: the
+        sizes a second input shape may change."""
+        def names_read(fn: Any) -> set[str]:
+            code = getattr(fn, "__code__", None)
+            found: set[str] = set()
+            stack = [code] if code is not None else []
+            while stack:
+                c = stack.pop()
+                found |= set(c.co_names)
+                stack += [k for k in c.co_consts if hasattr(k, "co_names")]
+            return found
+
+        module = self.module
+        by_inputs = names_read(module.get_inputs)
+        by_init = names_read(module.get_init_inputs)
+        for value in vars(module.Model).values():
+            by_init |= names_read(value)
+        return {n: getattr(module, n) for n in sorted(by_inputs - by_init)
+                if isinstance(getattr(module, n, None), int)
+                and not isinstance(getattr(module, n), bool)}
+
+    def flops(self) -> int | None:
+        get_flops = getattr(self.module, "get_flops", None)
+        if not callable(get_flops):
+            return None
+        try:
+            return int(get_flops())
+        except Exception:  # noqa: BLE001 - the floor check is optional
+            return None
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class CallResult:
+    """What one trial left behind: the outputs (for a Ship) and what the reply says."""
+
+    def __init__(self, leaves: list[Any], digests_: list[float], metas: list[OutputMeta]) -> None:
+        self.leaves = leaves
+        self.digests = digests_
+        self.metas = metas
+
+
+def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Trial,
+              null_like: list[Any] | None = None) -> CallResult:
+    """Make the trial's inputs, call, digest (see the module doc). `call=None` (a null trial)
+    digests `null_like` instead: tensors shaped like the outputs, made before the trial."""
+    device = problem.device
+    if call is None:
+        leaves = null_like or []
+        problem.inputs(trial.seed, trial.shape)
+        weights = digest_weights(leaves, trial.digest_seed, device)
+        return CallResult(leaves, digests(leaves, weights), [])
+    inputs = problem.inputs(trial.seed, trial.shape)
+    if trial.refill_seed is not None:
+        call(*inputs)
+        fresh = problem.inputs(trial.refill_seed, trial.shape)
+        for held, new in zip(inputs, fresh):
+            if isinstance(held, torch.Tensor) and isinstance(new, torch.Tensor):
+                held.copy_(new)
+        del fresh
+    leaves = flatten(call(*inputs))
+    weights = digest_weights(leaves, trial.digest_seed, device)
+    return CallResult(leaves, digests(leaves, weights), output_meta(leaves))
