@@ -1,0 +1,30 @@
+"""Two outputs: the mean and the maximum of each row, returned as a tuple
+(x.mean(dim=-1), x.amax(dim=-1)), both float32 of shape (batch_size,).
+
+x is (batch_size, dim). SPECGEN_PROBLEM_SCALE=small picks a CPU-sized instance; otherwise x is
+128 MB.
+"""
+import os
+
+import torch
+import torch.nn as nn
+
+SMALL = os.environ.get("SPECGEN_PROBLEM_SCALE", "full") == "small"
+batch_size = 16 if SMALL else 4096
+dim = 200 if SMALL else 8192
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor):
+        return x.mean(dim=-1), x.amax(dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
