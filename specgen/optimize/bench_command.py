@@ -148,10 +148,10 @@ def bench_main(args: argparse.Namespace) -> int:
 
 async def _run_variants(args: argparse.Namespace, variants) -> int:
     from specgen.optimize.bench_report import plot, summarize, table, write_results
+    from specgen.runtime.private_files import make_private_dir, write_private
 
     engine = await _live_engine(args)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out: Path = make_private_dir(args.out)
     sensitivity = []
     try:
         for label, config in variants:
@@ -163,7 +163,7 @@ async def _run_variants(args: argparse.Namespace, variants) -> int:
             write_results(run, summary, folder)
             plot(run, summary, folder)
             text = table(summary)
-            (folder / "report.md").write_text(text + "\n")
+            write_private(folder / "report.md", text + "\n")
             if not args.quiet:
                 print(f"\n== {label}\n{text}")
             r = summary["ratios"].get("end_to_end_s", {})
@@ -183,8 +183,8 @@ async def _run_variants(args: argparse.Namespace, variants) -> int:
             fmt = (lambda x: "-" if x is None else f"{x:.3f}")
             lines.append(f"| {row['variant']} | {fmt(row['ratio'])} | {fmt(row['low'])}-{fmt(row['high'])} "
                          f"| {fmt(row['near_best'])} | {fmt(row['feedback'])} | {row['ceiling']:.3f} |")
-        (out / "sensitivity.md").write_text("\n".join(lines) + "\n")
-        (out / "sensitivity.json").write_text(json.dumps(sensitivity, indent=2))
+        write_private(out / "sensitivity.md", "\n".join(lines) + "\n")
+        write_private(out / "sensitivity.json", json.dumps(sensitivity, indent=2))
         if not args.quiet:
             print("\n" + "\n".join(lines))
     print(f"results in {out}")

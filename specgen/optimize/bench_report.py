@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from specgen.optimize.bench import NEAR_BEST, BenchRun, BenchJobRecord
+from specgen.runtime.private_files import make_private_dir, open_private, write_private
 
 BASELINES = ("sequential", "best-of-n", "pipeline")
 
@@ -154,7 +155,7 @@ def summarize(run: BenchRun) -> dict[str, Any]:
 
 
 def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+    make_private_dir(out)
     data = {**summary, "ceiling_turns": run.ceiling_turns,
             "batches": [asdict(b) for b in run.batches],
             "intervals": [{"mode": j.mode, "problem": j.problem, "batch": j.batch,
@@ -162,7 +163,7 @@ def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
                            "started_at": j.result.started_at, "finished_at": j.result.finished_at}
                           for j in run.jobs]}
     path = out / "results.json"
-    path.write_text(json.dumps(data, indent=2, default=str))
+    write_private(path, json.dumps(data, indent=2, default=str))
     return path
 
 
@@ -196,13 +197,18 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _save(fig: Any, path: Path) -> None:
+    with open_private(path, "wb") as f:   # a private file, like the rest of the bench's folder
+        fig.savefig(f, format="png", dpi=120)
+
+
 def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
     """Best speedup over time per mode, the per-worker busy timeline, the ratio per problem."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_private_dir(out)
     paths = []
     colors = dict(zip(run.config["modes"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
 
@@ -233,7 +239,7 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
     ax.legend()
     fig.tight_layout()
     paths.append(out / "speedup_over_time.png")
-    fig.savefig(paths[-1], dpi=120)
+    _save(fig, paths[-1])
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -249,7 +255,7 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title("Evaluation workers: busy intervals (building, validating, profiling)", fontsize=9)
     fig.tight_layout()
     paths.append(out / "worker_timeline.png")
-    fig.savefig(paths[-1], dpi=120)
+    _save(fig, paths[-1])
     plt.close(fig)
 
     ratio = summary["ratios"].get("end_to_end_s", {}).get("per_problem", {})
@@ -265,6 +271,6 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         paths.append(out / "ratio_per_problem.png")
-        fig.savefig(paths[-1], dpi=120)
+        _save(fig, paths[-1])
         plt.close(fig)
     return paths

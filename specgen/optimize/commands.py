@@ -8,6 +8,13 @@ The command is a client of the actor runtime: it starts a local scheduler and no
 workers, submits the job there (a reasoner process runs the loop and its engine) and follows it into
 the run's outputs; `--scheduler ADDR` submits to a running `specgen serve` instead, and
 `--evaluation inprocess` runs the loop here with the single-process evaluation backend.
+
+The local cluster is supervised (runtime/local.py): a scheduler or node that dies is started again
+and the job goes on from the journal. When it cannot be (setting `cluster_max_restarts`), or the
+scheduler stops answering (`scheduler_timeout_s`), the command ends with one line saying what
+happened and the `specgen optimize --resume DIR` that continues the run. Following a job of
+`--scheduler`, a scheduler that stops answering ends the command the same way (the job stays in
+that scheduler's journal).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -30,6 +38,8 @@ if TYPE_CHECKING:
     from specgen.messages import OptimizeResult, OptimizeSpec
 
 LLMS = ("replay", "vllm", "openai")
+# What `--set` may change with --scheduler: the settings of this command's own connection.
+CONNECTION_SETTINGS = ("connect_timeout_s", "call_timeout_s", "scheduler_timeout_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -97,7 +107,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--set", dest="runtime_settings", action="append", default=[],
                             metavar="NAME=VALUE",
                             help="a runtime setting for the local scheduler and node (e.g. "
-                                 "peer_timeout_s=30 on a heavily loaded machine); repeatable")
+                                 "peer_timeout_s=30 on a heavily loaded machine; with --scheduler "
+                                 f"only this command's connection: {', '.join(CONNECTION_SETTINGS)}); "
+                                 "repeatable")
     evaluation.add_argument("--kv-pool", choices=("auto", "off", "host", "gpus"), default="auto",
                             help="with --llm vllm: keep the reasoning's KV blocks in a remote pool "
                                  "forks load instead of recomputing: in spare memory of a profiling "
@@ -277,7 +289,7 @@ async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict
                                eval_options=dict(eval_options))
     settings = settings.with_overrides(list(runtime_settings))
     cluster = LocalCluster(devices=devices, settings=settings, kv_control=kv_control,
-                           state_dir=state_dir)
+                           state_dir=state_dir, supervise=True)
     await asyncio.to_thread(cluster.start)
     try:
         yield cluster
@@ -406,6 +418,7 @@ def run_optimize(args: argparse.Namespace) -> int:
         clear_run_files, write_run_settings,
     )
     from specgen.optimize.progress import ProgressDisplay
+    from specgen.runtime.transport import RuntimeFailure
 
     resumed_spec = None
     if args.resume:
@@ -434,11 +447,14 @@ def run_optimize(args: argparse.Namespace) -> int:
     if args.out and not args.resume:
         check_out_dir(Path(args.out), args.force)   # before an engine loads a model
     if args.scheduler:
+        names = [pair.partition("=")[0] for pair in args.runtime_settings]
+        cluster_settings = [name for name in names if name not in CONNECTION_SETTINGS]
         for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
-                            ("--set", args.runtime_settings)):
+                            (f"--set {', '.join(cluster_settings)}", cluster_settings)):
             if given:
                 raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
-                                 f"nodes decide where evaluations run")
+                                 f"nodes decide where evaluations run (--set takes only this "
+                                 f"command's connection settings there: {', '.join(CONNECTION_SETTINGS)})")
     # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
     kv_plan = _kv_plan(plan, args, devices)
     # The job runs in a reasoner (of the embedded cluster, or of --scheduler's) unless evaluation is
@@ -512,6 +528,10 @@ def run_optimize(args: argparse.Namespace) -> int:
                 try:
                     return await asyncio.to_thread(_follow, cluster.client, args, plan, spec, emit, say,
                                                    existing=bool(args.resume))
+                except RuntimeFailure as exc:
+                    # The job is journaled in the run's folder: say what stopped it, and how to go on.
+                    raise RuntimeFailure(f"{cluster.failure or exc}; continue the run with: specgen "
+                                         f"optimize --resume {shlex.quote(str(out_dir))}") from None
                 finally:
                     if live is not None:
                         display.kv_pool = None
@@ -579,11 +599,20 @@ def _submit(args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
             emit: Callable[[Any], None], say: Callable[[str], None]) -> OptimizeResult:
     """Run the job on a running `specgen serve` (its reasoner and evaluations run in the cluster)
     and follow it: a Ctrl-C here cancels the job; a crash of this process leaves it running
-    there, and its events and result stay in the scheduler's journal."""
+    there, and its events and result stay in the scheduler's journal; a scheduler silent for the
+    setting scheduler_timeout_s ends the following, not the job."""
     from specgen.runtime.client import Client
+    from specgen.runtime.settings import RuntimeSettings
+    from specgen.runtime.transport import SchedulerUnreachable
 
-    with Client(args.scheduler, keys=args.keys) as client:
-        return _follow(client, args, plan, spec, emit, say, where=f"the scheduler at {args.scheduler}")
+    settings = RuntimeSettings().with_overrides(list(args.runtime_settings or []))
+    with Client(args.scheduler, keys=args.keys, settings=settings) as client:
+        try:
+            return _follow(client, args, plan, spec, emit, say, where=f"the scheduler at {args.scheduler}")
+        except SchedulerUnreachable as exc:
+            # Raised by the wait on the job's events or result: the scheduler had taken the job.
+            raise SchedulerUnreachable(f"{exc}; job {spec.job_id} stays in that scheduler's journal "
+                                       f"and goes on when it is back") from None
 
 
 def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,

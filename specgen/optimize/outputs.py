@@ -12,7 +12,9 @@
   journal: accepted candidates and their stage verdicts).
 
 One directory holds one run: `check_out_dir` refuses a directory that is not empty unless
-forced, and `clear_run_files` then removes only the files listed above and the journal.
+forced, and `clear_run_files` then removes only the files listed above and the journal. What is
+created here is private (folders 0700, files 0600; runtime/private_files.py): a run holds the
+problem and every candidate's source.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from specgen.messages import (
     OptimizeSpec, ReasoningRecord,
 )
 from specgen.optimize.timeline import build_timeline
+from specgen.runtime.private_files import make_private_dir, open_private, write_private
 
 _encoder = msgspec.json.Encoder()
 RUN_FILES = ("events.jsonl", "result.json", "best_kernel.py", "timeline.json")
@@ -55,11 +58,10 @@ class RunWriter:
     """An `emit` callback that appends events to `events.jsonl`; `finish` writes the rest."""
 
     def __init__(self, out_dir: Path, append: bool = False) -> None:
-        self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir = make_private_dir(out_dir)
         self.events_path = self.out_dir / "events.jsonl"
         # A resumed run goes on with the story its first part wrote.
-        self._events: IO[bytes] | None = self.events_path.open("ab" if append else "wb")
+        self._events: IO[bytes] | None = open_private(self.events_path, "ab" if append else "wb")
 
     def __call__(self, event: OptimizeEvent) -> None:
         if self._events is None:
@@ -77,14 +79,14 @@ class RunWriter:
         self.close()
         written = {"events": self.events_path}
         result_path = self.out_dir / "result.json"
-        result_path.write_bytes(msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
+        write_private(result_path, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
         written["result"] = result_path
         if result.best_source is not None:
             kernel_path = self.out_dir / "best_kernel.py"
-            kernel_path.write_text(result.best_source)
+            write_private(kernel_path, result.best_source)
             written["best_kernel"] = kernel_path
         timeline_path = self.out_dir / "timeline.json"
-        timeline_path.write_text(json.dumps(build_timeline(result)) + "\n")
+        write_private(timeline_path, json.dumps(build_timeline(result)) + "\n")
         written["timeline"] = timeline_path
         return written
 
@@ -99,11 +101,10 @@ SCHEDULER_STATE = "scheduler"
 
 def write_run_settings(out_dir: Path, options: dict, spec: OptimizeSpec) -> Path:
     """The command's settings and the job's spec, for `--resume` (written before the run starts)."""
-    journal = Path(out_dir) / JOURNAL_DIR
-    journal.mkdir(parents=True, exist_ok=True)
+    journal = make_private_dir(Path(out_dir) / JOURNAL_DIR)
     path = journal / RUN_SETTINGS
     tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(
+    write_private(tmp, msgspec.json.format(msgspec.json.encode(
         {"format": 1, "options": options, "spec": spec}), indent=2) + b"\n")
     tmp.replace(path)
     return path
@@ -127,10 +128,9 @@ class LoopJournal:
     and a torn last line (a kill mid-write) is skipped when read back."""
 
     def __init__(self, out_dir: Path) -> None:
-        journal = Path(out_dir) / JOURNAL_DIR
-        journal.mkdir(parents=True, exist_ok=True)
+        journal = make_private_dir(Path(out_dir) / JOURNAL_DIR)
         self.path = journal / LOOP_JOURNAL
-        self._file: IO[bytes] | None = self.path.open("ab")
+        self._file: IO[bytes] | None = open_private(self.path, "ab")
 
     def _write(self, entry: dict) -> None:
         if self._file is None:

@@ -41,6 +41,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from specgen.errors import UsageError
+from specgen.runtime.private_files import make_private_dir
 
 KEYS_ENV = "SPECGEN_KEYS"   # default key directory for every command
 JOIN_SECRET_ENV = "SPECGEN_JOIN_SECRET_FILE"   # default --join-secret of `specgen serve` and nodes
@@ -173,7 +174,7 @@ def load_join_secret(path: Path, create: bool = False) -> bytes:
     the file does not exist yet."""
     path = Path(path)
     if create and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent)   # the scheduler's state directory, on its first start
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

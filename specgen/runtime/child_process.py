@@ -25,6 +25,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from specgen.runtime.private_files import make_private_dir, open_private
+
 log = logging.getLogger(__name__)
 
 PARENT_PID_ENV = "SPECGEN_PARENT_PID"
@@ -138,8 +140,9 @@ class ChildProcess:
     def start(self) -> "ChildProcess":
         out = None
         if self.log_path is not None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_path, "ab")
+            # A log shows candidates' errors and tracebacks: private, like the folder it is in.
+            make_private_dir(self.log_path.parent)
+            out = open_private(self.log_path, "ab")
         env, pass_fds, read_end = self.env, (), -1
         if self.secrets:
             # Written whole before the child starts (it fits in the pipe), so the child reads to

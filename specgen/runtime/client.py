@@ -11,7 +11,10 @@
 The client is thread-safe; a thread waiting for a reply receives it itself, and events are
 handled by whichever thread drives the connection (runtime/transport.py). After a scheduler
 restart it registers again, re-sends unanswered requests, and re-subscribes its jobs from the last
-event it saw, so an event stream neither skips nor repeats an event.
+event it saw, so an event stream neither skips nor repeats an event. A wait on a job (its events,
+its result) gives up with SchedulerUnreachable once the scheduler said nothing for the setting
+`scheduler_timeout_s` (the scheduler answers a heartbeat every `heartbeat_interval_s`), and ends at
+once when the client is closed, with the error it was closed with.
 """
 from __future__ import annotations
 
@@ -34,10 +37,13 @@ from specgen.messages import (
 )
 from specgen.runtime.auth import ClientKeys, load_client_keys, require_keys_for
 from specgen.runtime.settings import RuntimeSettings
-from specgen.runtime.transport import PeerConnection
+from specgen.runtime.transport import PeerConnection, RuntimeFailure, SchedulerUnreachable
 
 UpdateSink = Callable[[CandidateUpdate], None]
 ProgressSink = Callable[[EvaluateQueued], None]
+
+# A wait on a job wakes this often to see whether the scheduler is still heard from.
+_JOB_WAIT_SLICE_S = 0.25
 
 
 class Job:
@@ -66,26 +72,43 @@ class Job:
     def events(self, timeout: float | None = None) -> Iterator[JobEvent]:
         """Every event of the job in order, from the first, ending with its "finished" event.
 
-        `timeout` bounds the wait for each next event (TimeoutError names the argument)."""
+        `timeout` bounds the wait for each next event (TimeoutError names the argument); a
+        scheduler silent for the setting scheduler_timeout_s ends it (SchedulerUnreachable)."""
         while True:
-            try:
-                event = self._events.get(timeout=timeout)
-            except queue.Empty:
-                raise TimeoutError(f"job {self.job_id}: no event within {timeout:g} s (argument timeout)") from None
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    event = self._events.get(timeout=self._wait_slice(deadline))
+                    break
+                except queue.Empty:
+                    pass
+                self.client.check_connection()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"job {self.job_id}: no event within {timeout:g} s (argument timeout)")
             yield event
             if event.kind == "finished":
                 return
 
     def result(self, timeout: float | None = None) -> JobResult:
-        """Wait for the job to end; `timeout` in seconds (TimeoutError names the argument)."""
-        if not self._finished.wait(timeout):
-            raise TimeoutError(f"job {self.job_id} did not finish within {timeout:g} s (argument timeout)")
+        """Wait for the job to end; `timeout` in seconds (TimeoutError names the argument); a
+        scheduler silent for the setting scheduler_timeout_s ends the wait (SchedulerUnreachable)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._finished.wait(self._wait_slice(deadline)):
+            self.client.check_connection()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.job_id} did not finish within {timeout:g} s (argument timeout)")
         status = self.status()
         assert status.result is not None
         return status.result
 
     def done(self) -> bool:
         return self._finished.is_set()
+
+    @staticmethod
+    def _wait_slice(deadline: float | None) -> float:
+        if deadline is None:
+            return _JOB_WAIT_SLICE_S
+        return max(0.0, min(_JOB_WAIT_SLICE_S, deadline - time.monotonic()))
 
     def status(self) -> JobStatus:
         return self.client._request(GetJob(call_id=0, job_id=self.job_id)).status  # type: ignore[attr-defined]
@@ -133,8 +156,22 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        self.conn.close()
+    def close(self, error: RuntimeFailure | None = None) -> None:
+        """Close the connection (from any thread): requests and job waits under way fail with
+        `error` (default: "connection closed")."""
+        self.conn.close(error=error)
+
+    def check_connection(self) -> None:
+        """Raise what makes waiting on the scheduler pointless: the client was closed (the error it
+        was closed with), or the scheduler said nothing for the setting scheduler_timeout_s."""
+        if self.conn.closed:
+            raise self.conn.close_error
+        silent = time.monotonic() - self.conn.last_heard
+        limit = self.settings.scheduler_timeout_s
+        if silent > limit:
+            raise SchedulerUnreachable(
+                f"the scheduler at {self.address} has said nothing for {silent:.0f} s (setting "
+                f"scheduler_timeout_s={limit:g}): it stopped, or cannot be reached from here")
 
     # -- whichever thread drives the connection ------------------------------------------
     def _on_message(self, msg: _Wire) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 
 from specgen.messages import CandidateSubmission, CandidateUpdate, JobEvent, JobResult, JobSpec
+from specgen.runtime.private_files import touch_private
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -52,6 +53,10 @@ class JobRecord:
 class Journal:
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
+        # Made here, mode 0600, for SQLite to open: it would create it 0644, and its -wal and -shm
+        # files take the database file's mode.
+        if self.path != ":memory:":
+            touch_private(self.path)
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")

@@ -17,6 +17,16 @@ The cluster's join secret (runtime/auth.py) is made here, held in memory and han
 scheduler and the nodes through their secrets pipes: it is never written to disk, and a restarted
 scheduler (`start_scheduler()` again) gets the same one.
 
+`supervise=True` (as `specgen optimize` and `specgen bench` start it) keeps the scheduler and the
+nodes running (runtime/supervisor.py): one that dies is started again at once, on the same address
+and journal. A restarted scheduler resumes its jobs from the journal (their reasoners start again
+and continue from theirs) and every node, worker and client registers with it again on its own; a
+restarted node starts its workers again, which register under their old names (what the dead
+ones ran goes back to its queue). A process that died more than `cluster_max_restarts` times in
+10 minutes, or cannot be started again, is not: `cluster.failure` says what died, and the
+cluster's client is closed with that error, so whatever waits on it (a request, a job's events)
+fails at once instead of waiting for a scheduler or workers that will not come back.
+
 If the process that started the cluster dies (even by SIGKILL), the scheduler and the nodes get
 SIGTERM (PR_SET_PDEATHSIG, `process.die_with_parent`) and stop, and the scheduler removes the
 cluster's temporary directory once the nodes have exited (`remove_orphaned_cluster_dir`). That
@@ -36,8 +46,10 @@ import msgspec
 from specgen.runtime.auth import new_join_secret
 from specgen.runtime.child_process import ChildProcess, log_tail, pid_alive
 from specgen.runtime.client import Client
+from specgen.runtime.private_files import open_private
 from specgen.runtime.scheduler_backend import SchedulerEvaluationBackend
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
+from specgen.runtime.supervisor import ProcessDied, ProcessSupervisor
 from specgen.runtime.transport import RuntimeFailure
 
 
@@ -54,6 +66,7 @@ class LocalCluster:
         address: str | None = None,
         kv_control: bool = False,
         metrics_port: int | None = None,
+        supervise: bool = False,
     ) -> None:
         if devices is None:
             devices = ["cpu"] * (workers if workers is not None else 1)
@@ -65,7 +78,7 @@ class LocalCluster:
         self.nodes_count = nodes
         self.settings = settings or RuntimeSettings()
         self.evaluator = evaluator
-        self.tmp = Path(tempfile.mkdtemp(prefix="specgen-local-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="specgen-local-"))   # mode 0700
         self.join_secret = new_join_secret()
         self.state_dir = state_dir or self.tmp / "state"
         self.address = address or f"ipc://{self.tmp}/scheduler.sock"
@@ -74,7 +87,10 @@ class LocalCluster:
         self.kv_control_endpoint: str | None = None   # the bound address, once started
         self.metrics_port = metrics_port              # the scheduler's --metrics-port (None: off)
         self.scheduler: ChildProcess | None = None
-        self.nodes: list[ChildProcess] = []
+        self.nodes: list[ChildProcess] = []            # by node index
+        self._node_devices: list[list[str]] = []       # by node index: what a restarted node serves
+        self.supervisor = (ProcessSupervisor(self._restart, self.settings.cluster_max_restarts,
+                                             on_give_up=self._gave_up) if supervise else None)
         self.client: Client | None = None  # type: ignore[assignment]
         self._backends: list[SchedulerEvaluationBackend] = []
 
@@ -85,7 +101,7 @@ class LocalCluster:
             ["--bind", self.address, "--state-dir", str(self.state_dir), "--remove-if-orphaned", str(self.tmp)]
             + (["--metrics-port", str(self.metrics_port)] if self.metrics_port is not None else []),
             env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / "scheduler.log",
-            secrets={"join_secret": self.join_secret.hex()},
+            secrets={"join_secret": self.join_secret.hex()}, on_exit=self._on_exit,
         ).start()
         return self.scheduler
 
@@ -101,10 +117,14 @@ class LocalCluster:
         node = ChildProcess(
             f"node{index}", "specgen.runtime.node", self._node_args(devices, index),
             env={SETTINGS_ENV: self.settings.to_env()}, log_path=self.tmp / "logs" / f"node{index}.log",
-            secrets={"join_secret": self.join_secret.hex()},
+            secrets={"join_secret": self.join_secret.hex()}, on_exit=self._on_exit,
         ).start()
-        self.nodes.append(node)
-        with open(self.tmp / _NODE_PIDS, "a") as f:   # what an orphaned scheduler waits for
+        if index < len(self.nodes):
+            self.nodes[index], self._node_devices[index] = node, devices   # a restarted node
+        else:
+            self.nodes.append(node)
+            self._node_devices.append(devices)
+        with open_private(self.tmp / _NODE_PIDS, "a") as f:   # what an orphaned scheduler waits for
             f.write(f"{node.pid}\n")
         return node
 
@@ -121,7 +141,34 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+        if self.supervisor is not None:
+            # Supervised from here on: a process that dies while the cluster starts fails the
+            # start (above), as a bad setup should, rather than being started again and again.
+            self.supervisor.start()
         return self
+
+    # -- supervision (supervise=True) -----------------------------------------------------------
+    @property
+    def failure(self) -> ProcessDied | None:
+        """What died for good (the supervisor gave up), else None."""
+        return self.supervisor.failure if self.supervisor is not None else None
+
+    def _on_exit(self, child: ChildProcess, code: int) -> None:
+        if self.supervisor is not None:
+            self.supervisor.exited(child, code)
+
+    def _restart(self, child: ChildProcess) -> None:
+        """The supervisor's thread: start `child`, which died, again in its place."""
+        if child is self.scheduler:
+            self.start_scheduler()
+        elif child in self.nodes:
+            index = self.nodes.index(child)
+            self.start_node(self._node_devices[index], index)
+
+    def _gave_up(self, failure: ProcessDied) -> None:
+        client = self.client
+        if client is not None:
+            client.close(error=failure)
 
     @property
     def metrics_url(self) -> str | None:
@@ -153,6 +200,8 @@ class LocalCluster:
         return backend
 
     def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.hold()    # what stops now stays stopped
         for backend in self._backends:
             backend.close()
         if self.client is not None:
@@ -163,6 +212,8 @@ class LocalCluster:
             node.stop(grace)
         if self.scheduler is not None:
             self.scheduler.stop(grace)
+        if self.supervisor is not None:
+            self.supervisor.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> "LocalCluster":

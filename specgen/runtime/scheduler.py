@@ -41,6 +41,7 @@ from specgen.runtime.auth import (
 )
 from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
 from specgen.runtime.journal import Journal
+from specgen.runtime.private_files import make_private_dir, write_private
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.scheduler_metrics import SchedulerMetrics
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
@@ -65,8 +66,8 @@ class SchedulerActor:
         require_keys_for(bind, keys)
         settings.check()   # among others: kv_control_bind must be a loopback address
         self.settings = settings
-        self.state_dir = state_dir
-        state_dir.mkdir(parents=True, exist_ok=True)
+        # The journal holds every job's problem and candidates: the folder is the owner's alone.
+        self.state_dir = make_private_dir(state_dir)
         if join_secret is None:
             join_secret = load_join_secret(state_dir / JOIN_SECRET_FILE, create=True)
         self.join_secret = join_secret
@@ -245,10 +246,10 @@ class SchedulerActor:
 
     def run(self) -> None:
         if self.kv_sock is not None:
-            (self.state_dir / "kv_control_address").write_text(self.kv_address + "\n")
+            write_private(self.state_dir / "kv_control_address", self.kv_address + "\n")
             log.info("KV pools' control channel on %s", self.kv_address)
         # Where it listens, for tools that bound an ephemeral port (tcp://127.0.0.1:*).
-        (self.state_dir / "address").write_text(self.address + "\n")
+        write_private(self.state_dir / "address", self.address + "\n")
         log.info("scheduler %s listening on %s (state in %s)", self.core.scheduler_id, self.address, self.state_dir)
         core = self.core
         self._flush()
@@ -422,7 +423,7 @@ def serve(args: argparse.Namespace) -> int:
             actor.close()
             raise UsageError(f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc}") from None
         url = f"http://{args.metrics_bind}:{port}/metrics"
-        (args.state_dir / "metrics_address").write_text(url + "\n")
+        write_private(args.state_dir / "metrics_address", url + "\n")
         print(f"metrics on {url}", flush=True)
     log.info("workers and nodes join with the cluster secret %s", source)
     try:

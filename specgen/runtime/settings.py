@@ -29,6 +29,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                                             # come every call_timeout_s / 4 while it waits or runs and
                                             # each restarts the wait, so a long queue is not a timeout
     shutdown_grace_s: float = 5.0           # SIGTERM, then SIGKILL after this long
+    scheduler_timeout_s: float = 60.0       # a client waiting on a job (its events, its result) gives up
+                                            # once the scheduler said nothing for this long: it died or
+                                            # cannot be reached (a restarted one is back well within it)
     # limits (a ROUTER silently drops messages past its high-water mark: bound what is in flight)
     max_message_bytes: int = 16 * 1024 * 1024  # larger messages are refused with an error reply
     max_queued_requests: int = 20_000       # submissions past this are refused ("busy")
@@ -60,6 +63,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker_restart_backoff_s: float = 1.0   # wait before restarting a worker that died
     worker_max_restarts: int = 10           # restarts of one worker within 10 minutes, then give up
     spare_processes: int = 1                # evaluation: candidate processes kept started ahead
+    cluster_max_restarts: int = 3           # a supervised LocalCluster (`specgen optimize`'s) restarts its
+                                            # scheduler, or one node, at most this often in 10 minutes;
+                                            # the next death ends the cluster (0: never restart)
     eval_options: dict[str, Any] = {}       # evaluation: EvalOptions fields (trials, timeouts, ...)
     # remote KV pools (runtime/kv_steward.py): the scheduler sees their size and hit rate and makes
     # room for evaluations on the GPU they live on
@@ -85,11 +91,14 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 f"priority_rule has unknown criteria {unknown}; known: {sorted(PRIORITY_CRITERIA)}"
             )
         for name in ("heartbeat_interval_s", "peer_timeout_s", "ready_timeout_s",
-                     "connect_timeout_s", "call_timeout_s", "rebalance_interval_s"):
+                     "connect_timeout_s", "call_timeout_s", "scheduler_timeout_s",
+                     "rebalance_interval_s"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"setting {name} must be positive")
         if self.peer_timeout_s <= self.heartbeat_interval_s:
             raise UsageError("setting peer_timeout_s must exceed heartbeat_interval_s")
+        if self.cluster_max_restarts < 0:
+            raise UsageError("setting cluster_max_restarts must not be negative")
         if self.kv_reserve_bytes < 0 or self.kv_regrow_idle_s < 0:
             raise UsageError("settings kv_reserve_bytes and kv_regrow_idle_s must not be negative")
         if self.kv_pool_timeout_s <= 0:

@@ -253,6 +253,7 @@ class PeerConnection:
         self.scheduler_failure: str | None = None
         self.handshake_failures = 0
         self._closed = False
+        self.close_error = RuntimeFailure("connection closed")   # what waits fail with, once closed
         sock = self.ctx.socket(zmq.DEALER)
         configure(sock, settings)
         sock.setsockopt(zmq.ROUTING_ID, self.identity)
@@ -298,6 +299,10 @@ class PeerConnection:
         return self.welcome
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def welcomed(self) -> bool:
         return self._welcomed.is_set()
 
@@ -315,12 +320,17 @@ class PeerConnection:
         return (f"no answer from the scheduler at {self.address} within {waited_s:g} s "
                 f"(setting connect_timeout_s){hint}; is `specgen serve` running there?")
 
-    def close(self, goodbye: _Wire | None = None) -> None:
+    def close(self, goodbye: _Wire | None = None, error: RuntimeFailure | None = None) -> None:
+        """Close the connection; what waits on a reply fails with `error` (default: "connection
+        closed"). Safe to call from any thread, more than once."""
         if self._closed:
             return
         if goodbye is not None:
             self.send(goodbye)
         with self._cv:
+            if self._closed:    # another thread closes it
+                return
+            self.close_error = error or RuntimeFailure("connection closed")
             self._closed = True
             self._cv.notify_all()
         self.wake()
@@ -328,7 +338,7 @@ class PeerConnection:
             pending = list(self._pending.values())
             self._pending.clear()
         for _, fut in pending:
-            _settle(fut, error=RuntimeFailure("connection closed"))
+            _settle(fut, error=self.close_error)
         me = threading.get_ident()
         if self._keeper.is_alive() and self._keeper.ident != me:
             self._keeper.join(2.0)
@@ -422,6 +432,8 @@ class PeerConnection:
         if not waiter.finished:
             with self._lock:
                 self._pending.pop(msg.call_id, None)  # type: ignore[attr-defined]
+            if self._closed:   # closed while it waited (or before): not a timeout
+                raise self.close_error
             notice = waiter.notice
             if notice is None:
                 raise CallTimeout(

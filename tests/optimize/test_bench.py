@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,13 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     assert "specgen / best baseline, end-to-end" in report
     for png in ("speedup_over_time.png", "worker_timeline.png", "ratio_per_problem.png"):
         assert (out / png).stat().st_size > 1000
+    # The bench's folder and what it writes there are private (its jobs' problems and kernels).
+    # The evaluation cache in it is the workers' (sandboxed runners of another user read it through
+    # a view of their own, so its own mode lets them in); the folder around it keeps others out.
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    for path in out.iterdir():
+        if path.name != "eval-cache":
+            assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
 
 
 def test_bench_bad_input_is_a_usage_error(tmp_path: Path, capsys) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import stat
 
 import msgspec
 import pytest
@@ -41,6 +42,16 @@ def test_default_run_replays_the_bundled_trace_through_the_runtime(tmp_path, cap
     spans = {e["cat"] for e in trace_events if e["ph"] == "X"}
     assert {"reasoning", "fork", "validate", "profile"} <= spans
     json.loads((out / "result.json").read_text())        # plain JSON for other tools too
+
+    # Nobody else on the host reads the run: its folders are 0700, its files 0600, the scheduler's
+    # state and its journal included.
+    state = out / "journal" / "scheduler"
+    for folder in (out, out / "journal", state, state / "jobs", state / "logs"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    for path in [out / "result.json", out / "best_kernel.py", out / "events.jsonl", out / "timeline.json",
+                 out / "journal" / "run.json", state / "journal.sqlite3", *state.glob("journal.sqlite3-*"),
+                 *state.glob("jobs/*/journal/*"), *state.glob("logs/*")]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -32,6 +32,45 @@ def test_a_job_submitted_to_a_scheduler_runs_there(tmp_path: Path, capsys) -> No
 def test_local_only_flags_do_not_go_with_a_scheduler(capsys) -> None:
     assert main(["optimize", "--scheduler", "tcp://127.0.0.1:9", "--devices", "cpu", "--quiet"]) == 2
     assert "--devices cannot go with --scheduler" in capsys.readouterr().err
+    # --set there takes only the settings of the command's own connection.
+    assert main(["optimize", "--scheduler", "tcp://127.0.0.1:9", "--set", "pool_mode=static",
+                 "--set", "scheduler_timeout_s=5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--set pool_mode cannot go with --scheduler" in err and "scheduler_timeout_s" in err
+
+
+def test_a_scheduler_that_dies_under_a_follower_ends_it_in_bounded_time(tmp_path: Path) -> None:
+    """`specgen optimize --scheduler ADDR` whose scheduler is killed mid-job: one error line naming
+    the setting scheduler_timeout_s, within that time (not a follower waiting forever)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    with LocalCluster(workers=1, state_dir=tmp_path / "state") as cluster:
+        follower = subprocess.Popen([sys.executable, "-m", "specgen.cli", "optimize", "--scheduler", cluster.address,
+                                     "--speed", "12", "--quiet", "--set", "scheduler_timeout_s=3",
+                                     "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while not ((out / "events.jsonl").exists() and (out / "events.jsonl").read_bytes()):
+                assert follower.poll() is None and time.monotonic() < deadline, "the job never started"
+                time.sleep(0.05)
+            os.kill(cluster.scheduler.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            _, err = follower.communicate(timeout=30)
+            took = time.monotonic() - killed
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+    lines = err.decode().splitlines()
+    assert follower.returncode == 1 and took < 3 + 5, (took, lines)
+    [line] = [line for line in lines if "error" in line]
+    assert line.startswith(f"specgen optimize: error: the scheduler at {cluster.address} has said "
+                           "nothing for ") and "(setting scheduler_timeout_s=3)" in line
+    assert "stays in that scheduler's journal" in line
 
 
 def test_a_killed_reasoner_continues_from_its_journal(tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
 """A killed `specgen optimize` loses nothing: `--resume DIR` continues it, and no candidate is
-lost or evaluated twice. The bundled trace is replayed through the actor runtime on CPU workers,
-as a real process killed with SIGKILL."""
+lost or evaluated twice. A killed node or scheduler of its cluster is started again and the job
+goes on; one that may not be ends the command at once with the `--resume` that continues it. The
+bundled trace is replayed through the actor runtime on CPU workers, as real processes killed with
+SIGKILL."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -124,3 +127,123 @@ def test_resume_of_a_directory_that_is_no_run_names_the_missing_file(tmp_path) -
                           timeout=120)
     assert done.returncode == 2
     assert str(empty / JOURNAL_DIR / "run.json") in done.stderr and "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------- a process of the cluster killed
+
+QUICK = COMMAND + ["--max-iterations", "1"]
+
+
+def _cluster_pid(proc: subprocess.Popen, module: str) -> int:
+    """The pid of the run's scheduler or node process (found in the command's process tree)."""
+    from tests.runtime.conftest import descendants
+
+    found = []
+    for pid in descendants(proc.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if module.encode() in argv:
+            found.append(pid)
+    assert len(found) == 1, f"{module}: {found}"
+    return found[0]
+
+
+def _start_and_wait_for_a_verdict(out: Path, log: Path, *extra: str) -> subprocess.Popen:
+    """`specgen optimize` started, and returned once its job journaled its first verdict."""
+    with log.open("wb") as err:
+        proc = subprocess.Popen(QUICK + list(extra) + ["--out", str(out)], stdout=err, stderr=err)
+    deadline = time.monotonic() + 240
+    while not any(b'"kind":"update"' in line for line in _journal_lines(out)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the run ended or stalled before a verdict:\n{log.read_text()}")
+        time.sleep(0.05)
+    return proc
+
+
+def _kill_and_wait(proc: subprocess.Popen, pid: int, timeout: float) -> float:
+    """SIGKILL `pid`; the seconds until the command ended (AssertionError if it did not: a hang)."""
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"specgen optimize still running {timeout:g} s after the kill") from None
+    return time.monotonic() - killed
+
+
+def _check_the_job_went_on(out: Path, before: ResumedRun, log: Path) -> OptimizeResult:
+    """Finished, every verdict journaled before the kill kept as it was, none evaluated twice."""
+    assert (out / "result.json").is_file(), log.read_text()
+    result = msgspec.json.decode((out / "result.json").read_bytes(), type=OptimizeResult)
+    assert result.status == "iterations_done", log.read_text()
+    by_id = {c.candidate_id: c for c in result.candidates}
+    for upd in before.updates:
+        got = by_id[upd.candidate_id]
+        assert (got.validation if upd.stage == "validate" else got.profile) == upd
+    after = ResumedRun.read(_job_dir(out))
+    keys = [(u.candidate_id, u.stage) for u in after.updates]
+    assert len(keys) == len(set(keys)), f"a stage was evaluated twice: {keys}"
+    assert set(before.candidates) <= set(after.candidates)
+    return result
+
+
+def _job_attempts(out: Path) -> int:
+    """How often the scheduler started the job's reasoner (from its journal)."""
+    from specgen.runtime.journal import Journal
+
+    journal = Journal(out / JOURNAL_DIR / SCHEDULER_STATE / "journal.sqlite3")
+    try:
+        record = journal.job(_job_dir(out).name)
+        assert record is not None
+        return record.attempts
+    finally:
+        journal.close()
+
+
+def test_a_killed_node_is_started_again_and_the_job_goes_on(tmp_path) -> None:
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = _start_and_wait_for_a_verdict(out, log)
+    before = ResumedRun.read(_job_dir(out))
+    node = _cluster_pid(proc, "specgen.runtime.node")
+    _kill_and_wait(proc, node, timeout=180)
+    assert proc.returncode == 0, log.read_text()
+    assert f"node0 (pid {node}) was killed by SIGKILL: starting it again" in log.read_text()
+    _check_the_job_went_on(out, before, log)
+    assert _job_attempts(out) == 1               # the job's reasoner never stopped
+
+
+def test_a_killed_scheduler_is_started_again_and_the_job_continues_from_its_journal(tmp_path) -> None:
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = _start_and_wait_for_a_verdict(out, log)
+    before = ResumedRun.read(_job_dir(out))
+    scheduler = _cluster_pid(proc, "specgen.runtime.scheduler")
+    _kill_and_wait(proc, scheduler, timeout=180)
+    assert proc.returncode == 0, log.read_text()
+    assert f"scheduler (pid {scheduler}) was killed by SIGKILL: starting it again" in log.read_text()
+    result = _check_the_job_went_on(out, before, log)
+    # The restarted scheduler resumed the job: a second reasoner continued from the journal, with
+    # the candidates of the first (found before the kill) in the result.
+    assert _job_attempts(out) == 2
+    assert set(before.candidates) <= {c.candidate_id for c in result.candidates}
+
+
+def test_a_node_that_may_not_be_restarted_ends_the_run_with_one_line_naming_resume(tmp_path) -> None:
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = _start_and_wait_for_a_verdict(out, log, "--set", "cluster_max_restarts=0")
+    node = _cluster_pid(proc, "specgen.runtime.node")
+    took = _kill_and_wait(proc, node, timeout=30)
+    assert proc.returncode == 1 and took < 30, log.read_text()
+    [line] = [line for line in log.read_text().splitlines() if "error" in line]
+    assert line == (f"specgen optimize: error: the local cluster's node0 (pid {node}) was killed by "
+                    f"SIGKILL and is not started again (setting cluster_max_restarts=0); continue "
+                    f"the run with: specgen optimize --resume {out}")
+    assert not (out / "result.json").exists()
+    deadline = time.monotonic() + 30                # the rest of the cluster was stopped
+    while _cluster_processes(out) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _cluster_processes(out)

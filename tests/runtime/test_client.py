@@ -138,3 +138,28 @@ def test_scheduler_killed_and_restarted_resumes_the_job(tmp_path: Path, softmax_
         assert status.attempts == 2 and status.updates == 7
     finally:
         cluster.stop()
+
+
+def test_a_wait_on_a_job_ends_once_the_scheduler_stops_answering(tmp_path: Path, softmax_problem: str) -> None:
+    """A stopped (SIGSTOP) scheduler: the job's events end within scheduler_timeout_s with an error
+    naming the setting, not never; once it answers again, the job can be followed again."""
+    from specgen.runtime.transport import SchedulerUnreachable
+
+    settings = quick_eval_settings(scheduler_timeout_s=2.0)
+    with LocalCluster(workers=1, evaluator="replay", settings=settings) as cluster:
+        candidates = {f"c{i}": WRONG.replace("2.0", f"2.{i + 1}") for i in range(8)}
+        job = cluster.client.submit(softmax_problem, entry=ENTRY, options={"candidates": candidates,
+                                                                           "submit_interval_s": 0.5})
+        events = job.events(timeout=60)
+        next(events)
+        os.kill(cluster.scheduler.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(SchedulerUnreachable, match=r"has said nothing for \d+ s \(setting "
+                                                           r"scheduler_timeout_s=2\)"):
+                for _ in events:
+                    pass
+            assert time.monotonic() - started < 8
+        finally:
+            os.kill(cluster.scheduler.pid, signal.SIGCONT)
+        assert job.result(timeout=120).status == "succeeded"

@@ -76,3 +76,86 @@ def test_a_killed_owner_takes_its_cluster_and_its_directory_with_it() -> None:
         if owner.poll() is None:
             owner.kill()
         owner.stdout.close()
+
+
+# ------------------------------------------------------------------------------ supervision
+
+def _worker_pids(cluster: LocalCluster) -> set[int]:
+    return {w.pid for w in cluster.client.stats().workers}
+
+
+def test_a_supervised_cluster_starts_a_killed_node_and_scheduler_again(tmp_path) -> None:
+    import os
+    import signal
+
+    from tests.runtime.conftest import wait_for
+
+    settings = RuntimeSettings(shutdown_grace_s=2.0, heartbeat_interval_s=0.25, peer_timeout_s=3.0)
+    with LocalCluster(workers=2, evaluator="replay", settings=settings, state_dir=tmp_path / "state",
+                      supervise=True) as cluster:
+        old_workers = _worker_pids(cluster)
+        node = cluster.nodes[0].pid
+        os.kill(node, signal.SIGKILL)
+        # Its workers die with it; the node started again starts new ones, which register.
+        wait_for(lambda: cluster.nodes[0].pid != node and cluster.nodes[0].alive(), 10, "the node's restart")
+        wait_for(lambda: len(_worker_pids(cluster) - old_workers) == 2, 60,
+                 "the restarted node's workers to register")
+        scheduler = cluster.scheduler.pid
+        old_id = cluster.client.conn.scheduler_id
+        os.kill(scheduler, signal.SIGKILL)
+        wait_for(lambda: cluster.scheduler.pid != scheduler and cluster.scheduler.alive(), 10,
+                 "the scheduler's restart")
+        # Same address, same journal: the client and the workers register with it on their own.
+        wait_for(lambda: len(cluster.client.stats().workers) == 2, 60, "the workers to rejoin")
+        assert cluster.client.conn.scheduler_id != old_id
+        assert [(name, pid, code) for name, pid, code in cluster.supervisor.restarts] == [
+            ("node0", node, -signal.SIGKILL), ("scheduler", scheduler, -signal.SIGKILL)]
+        assert cluster.failure is None
+
+
+def test_a_cluster_that_gives_up_says_what_died_and_fails_every_wait_at_once() -> None:
+    import os
+    import signal
+    import time
+
+    from specgen.runtime.client import Job
+    from specgen.runtime.supervisor import ProcessDied
+    from tests.runtime.conftest import wait_for
+
+    settings = RuntimeSettings(shutdown_grace_s=2.0, cluster_max_restarts=1)
+    with LocalCluster(workers=1, evaluator="replay", settings=settings, supervise=True) as cluster:
+        first = cluster.nodes[0].pid
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: cluster.nodes[0].pid != first and cluster.nodes[0].alive(), 10, "the node's restart")
+        second = cluster.nodes[0].pid
+        os.kill(second, signal.SIGTERM)        # not asked for by the cluster: a death as well
+        wait_for(lambda: cluster.failure is not None, 10, "the supervisor to give up")
+        assert str(cluster.failure) == (
+            f"the local cluster's node0 (pid {second}) was killed by SIGTERM, its death number 2 within "
+            f"600 s, and is not started again (setting cluster_max_restarts=1)")
+        assert cluster.failure.pid == second and cluster.failure.exit_code == -signal.SIGTERM
+        time.sleep(0.5)
+        assert not cluster.nodes[0].alive()      # not started again
+        started = time.monotonic()
+        with pytest.raises(ProcessDied):
+            cluster.client.stats()
+        with pytest.raises(ProcessDied):
+            Job(cluster.client, "some-job").result()
+        assert time.monotonic() - started < 1.0
+
+
+def test_the_cluster_directory_and_the_scheduler_state_are_private(tmp_path) -> None:
+    import stat
+
+    def mode(path):
+        return stat.S_IMODE(path.stat().st_mode)
+
+    state = tmp_path / "runs" / "state"
+    with LocalCluster(workers=1, evaluator="replay", state_dir=state) as cluster:
+        assert mode(cluster.tmp) == 0o700 and mode(cluster.tmp / "logs") == 0o700
+        assert mode(state) == 0o700 and mode(state.parent) == 0o700
+        files = [state / "journal.sqlite3", state / "address", *state.glob("journal.sqlite3-*"),
+                 *(cluster.tmp / "logs").iterdir(), cluster.tmp / "node-pids"]
+        assert len(files) >= 5
+        for path in files:
+            assert mode(path) == 0o600, path
