@@ -296,6 +296,7 @@ class TrialDone(msgspec.Struct, kw_only=True, tag="trial_done", omit_defaults=Tr
     digests: list[float] = []               # one per output tensor, in output order
     outputs: list[OutputMeta] = []
     tol_norms: list[float] = []             # bounds: sqrt(sum((atol + rtol |r|)^2)) per tensor
+    input_digests: list[float] = []         # the input tensors' digests after the call
     launches: int = 0                       # candidate: custom-kernel launches during the call
     kernel_errors: list[str] = []           # candidate: errors its kernels raised during the call
 
@@ -320,6 +321,8 @@ class Compared(msgspec.Struct, kw_only=True, tag="compared", omit_defaults=True)
     accurate: str = ""                      # how the accurate value was computed
     outputs: list[OutputMeta] = []          # the reference's outputs
     half_ok: bool = False                   # the candidate passes at float16's tolerance
+    input_digests: list[float] = []         # the reference's input tensors' digests after its call
+    reference_mutates: bool = False         # its call changed its inputs (then so may the candidate's)
 
 
 class ParamsSet(msgspec.Struct, kw_only=True, tag="params_set"):

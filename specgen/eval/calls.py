@@ -12,7 +12,8 @@ judge times the same path on both sides and nothing but the model differs:
    element), then per output tensor sum(output x W) accumulated in float64, read back to the
    host. Reading it needs the whole output computed, so the reply cannot leave before the work
    is done (a thread or a side stream still writing the output makes the digest wrong, not the
-   time short), and no output but the right one matches the reference's digest.
+   time short), and no output but the right one matches the reference's digest. The inputs
+   are digested the same way (other weights): a call that changed them shows.
 
 Importing this module imports torch: it runs in runners only.
 """
@@ -167,10 +168,19 @@ def sync(device: str) -> None:
 class CallResult:
     """What one trial left behind: the outputs (for a Ship) and what the reply says."""
 
-    def __init__(self, leaves: list[Any], digests_: list[float], metas: list[OutputMeta]) -> None:
+    def __init__(self, leaves: list[Any], digests_: list[float], metas: list[OutputMeta],
+                 input_digests: list[float]) -> None:
         self.leaves = leaves
         self.digests = digests_
         self.metas = metas
+        self.input_digests = input_digests
+
+
+def input_digests(inputs: list[Any], digest_seed: int, device: str) -> list[float]:
+    """The inputs' digests after the call (weights from the seed after the outputs'): whether
+    the call changed them."""
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    return digests(tensors, digest_weights(tensors, digest_seed + 1, device))
 
 
 def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Trial,
@@ -180,9 +190,10 @@ def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Tr
     device = problem.device
     if call is None:
         leaves = null_like or []
-        problem.inputs(trial.seed, trial.shape)
+        inputs = problem.inputs(trial.seed, trial.shape)
         weights = digest_weights(leaves, trial.digest_seed, device)
-        return CallResult(leaves, digests(leaves, weights), [])
+        return CallResult(leaves, digests(leaves, weights), [],
+                          input_digests(inputs, trial.digest_seed, device))
     inputs = problem.inputs(trial.seed, trial.shape)
     if trial.refill_seed is not None:
         call(*inputs)
@@ -193,4 +204,5 @@ def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Tr
         del fresh
     leaves = flatten(call(*inputs))
     weights = digest_weights(leaves, trial.digest_seed, device)
-    return CallResult(leaves, digests(leaves, weights), output_meta(leaves))
+    return CallResult(leaves, digests(leaves, weights), output_meta(leaves),
+                      input_digests(inputs, trial.digest_seed, device))

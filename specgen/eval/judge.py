@@ -90,6 +90,7 @@ class _Pooled:
     trial: Trial
     digests: list[float]
     tol_norms: list[float]
+    input_digests: list[float]
 
 
 class Judge:
@@ -122,6 +123,7 @@ class Judge:
         self.max_abs = self.max_rel = 0.0
         self.index = 0
         self.overhead_ms = 0.0
+        self.reference_mutates = False
         self.resolution_ms = _MIN_MS
         self._buffer_fd: int | None = None
         self._buffer_size = 0
@@ -299,6 +301,9 @@ class Judge:
         if reason is None:
             if not trial.shape and not trial.refill_seed:
                 self._keep_ref_error(compared.ref_error_norms)
+            self.reference_mutates = self.reference_mutates or compared.reference_mutates
+            if not compared.reference_mutates and trial.refill_seed is None:
+                self._inputs_unchanged(done.input_digests, compared.input_digests, what)
             return True
         if mismatch_flag is None:
             self.fail(f"{reason} ({what})")
@@ -332,6 +337,15 @@ class Judge:
                         f"afterwards: its digest {c:.6g} is not the reference's {r:.6g} "
                         f"(work finishing after the call returned, or an output that changes)")
         return None
+
+    def _inputs_unchanged(self, cand: list[float], ref: list[float], what: str) -> None:
+        """The call left its inputs as the reference's call leaves them (both digested alike on
+        the same values: equal to the last bits but for the order of the sum)."""
+        if len(cand) != len(ref) or any(
+                not math.isfinite(c) or abs(c - r) > 1e-9 * (abs(r) + 1.0)
+                for c, r in zip(cand, ref)):
+            self.flag(f"mutated-inputs: the call changed its input tensors on {what}, which the "
+                      "problem's Model does not do")
 
     def _keep_ref_error(self, norms: list[float]) -> None:
         kept = self.problem.ref_error_norms
@@ -478,7 +492,7 @@ class Judge:
             if done.error:
                 self.fail(f"{done.error} (the reference, not the candidate)")
                 raise _Stop
-            pooled.append(_Pooled(trial, done.digests, done.tol_norms))
+            pooled.append(_Pooled(trial, done.digests, done.tol_norms, done.input_digests))
         return pooled
 
     def _measure_reference(self) -> None:
@@ -531,6 +545,8 @@ class Judge:
                     self.fail(f"{reason} ({what}: its digest, read as the call returned, is not "
                               "the reference's)")
                     raise _Stop
+                if not self.reference_mutates:
+                    self._inputs_unchanged(done.input_digests, pooled.input_digests, what)
                 if index in checked:
                     self._check_last(pooled.trial, what)
                 if index >= options.warmup:

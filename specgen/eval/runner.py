@@ -191,7 +191,8 @@ class ReferenceRole:
         except BaseException as exc:  # noqa: BLE001
             return TrialDone(index=trial.index, error=f"problem {self.problem.name}: Model raised "
                                                       f"{_error(exc)}")
-        reply = TrialDone(index=trial.index, digests=done.digests, outputs=done.metas)
+        reply = TrialDone(index=trial.index, digests=done.digests, outputs=done.metas,
+                          input_digests=done.input_digests)
         if not trial.null:
             self._keep_null_like(done.leaves)
         if trial.bounds:
@@ -210,7 +211,7 @@ class ReferenceRole:
     def compare(self, request: Compare, fds: list[int]) -> Compared:
         import torch
 
-        from specgen.eval.calls import digest_weights, digests, flatten, output_meta
+        from specgen.eval.calls import digest_weights, digests, flatten, input_digests, output_meta
         from specgen.eval.compare import compare_outputs
 
         buffer = SharedBuffer(fds[0]) if fds else None
@@ -229,7 +230,9 @@ class ReferenceRole:
             try:
                 inputs = self.problem.inputs(seed, trial.shape)
                 kept = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                pristine = input_digests(kept, trial.digest_seed, self.device)
                 ref = flatten(self.model(*inputs))
+                after = input_digests(inputs, trial.digest_seed, self.device)
                 del inputs
                 weights = digest_weights(ref, trial.digest_seed, self.device)
                 ref_digests = digests(ref, weights)
@@ -251,7 +254,8 @@ class ReferenceRole:
                             max_rel=result.max_rel, digests=ref_digests,
                             tol_norms=result.tol_norms, ref_error_norms=result.ref_error_norms,
                             accurate=self.accurate.how, outputs=output_meta(ref),
-                            half_ok=result.half_ok)
+                            half_ok=result.half_ok, input_digests=after,
+                            reference_mutates=after != pristine)
         finally:
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
@@ -340,6 +344,7 @@ class CandidateRole:
                              kernel_errors=self.ledger.errors[errors:errors + 3])
         self.last, self.last_index = done, trial.index
         return TrialDone(index=trial.index, digests=done.digests, outputs=done.metas,
+                         input_digests=done.input_digests,
                          launches=self.ledger.launches - launches,
                          kernel_errors=self.ledger.errors[errors:errors + 3])
 

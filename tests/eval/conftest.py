@@ -1,8 +1,7 @@
-"""Shared fixtures for the evaluation service's tests: one CPU worker (with spare runners) for the
-whole session, the bundled problems, and helpers to submit candidates."""
+"""Shared fixtures for the evaluation service's tests: one CPU worker (with a spare runner) for
+the whole session, the bundled and test problems, and helpers to submit candidates."""
 from __future__ import annotations
 
-import re
 import uuid
 from pathlib import Path
 
@@ -10,46 +9,48 @@ import pytest
 
 from specgen.eval import EvalOptions, EvalWorker
 from specgen.messages import CandidateSubmission, Verdict
+from tests.eval.expectations import codes, header  # noqa: F401 - re-exported for the tests
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "specgen" / "data" / "problems"
 HERE = Path(__file__).resolve().parent
 TEST_PROBLEMS = HERE / "problems"
+CORPUS = HERE / "corpus"
 
 # Few timed calls: CPU timings here only need to exist, not to be precise.
-FAST = EvalOptions(timing_trials=4, warmup=1, timeout_s=120.0)
+FAST = EvalOptions(timing_trials=4, warmup=1, overhead_trials=5, timeout_s=120.0)
 
 
-def problem_path(name: str) -> Path:
-    for folder in (BUNDLED, TEST_PROBLEMS):
+def problem_path(name: str, candidate: Path | None = None) -> Path:
+    """The problem `name`; a corpus candidate's problem is the corpus's (names overlap)."""
+    folders = [BUNDLED, TEST_PROBLEMS, CORPUS / "problems"]
+    if candidate is not None and CORPUS in candidate.resolve().parents:
+        folders.insert(0, CORPUS / "problems")
+    for folder in folders:
         path = folder / f"{name}.py"
         if path.is_file():
             return path
     raise FileNotFoundError(name)
 
 
-def header(path: Path, key: str) -> str | None:
-    """`# key: value` from a candidate file's first lines."""
-    match = re.search(rf"^# {key}: (.+)$", path.read_text(), flags=re.MULTILINE)
-    return match.group(1).strip() if match else None
-
-
 def submission(problem: str, candidate_source: str, candidate_id: str | None = None,
-               job_id: str = "test") -> CandidateSubmission:
+               job_id: str = "test", candidate: Path | None = None) -> CandidateSubmission:
     return CandidateSubmission(job_id=job_id, candidate_id=candidate_id or uuid.uuid4().hex[:8],
                                problem_name=problem,
-                               problem_source=problem_path(problem).read_text(),
+                               problem_source=problem_path(problem, candidate).read_text(),
                                candidate_source=candidate_source)
 
 
+def candidate_submission(path: Path) -> CandidateSubmission:
+    """A test candidate file with the problem its header (or, bundled, its name) says."""
+    problem = header(path, "problem") or path.stem.rsplit("_", 1)[0]
+    return submission(problem, path.read_text(), path.stem, candidate=path)
+
+
 def concealed(code: str) -> str:
-    """`code` as one expression the static checks cannot read (hex-encoded `exec`), as an
+    """`code` as one expression no reader of the source would spot (hex-encoded `exec`), as an
     attacker would hide it: for tests of what happens once such code runs."""
     return f"exec(bytes.fromhex({code.encode().hex()!r}).decode())"
-
-
-def codes(verdict: Verdict) -> list[str]:
-    return [flag.split(":", 1)[0] for flag in verdict.flags]
 
 
 @pytest.fixture(scope="session")
@@ -59,9 +60,15 @@ def eval_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_worker(tmp_path_factory: pytest.TempPathFactory, eval_cache: Path) -> EvalWorker:
-    options = EvalOptions(timing_trials=4, warmup=1, timeout_s=120.0, cache_dir=str(eval_cache))
-    worker = EvalWorker("cpu", tmp_path_factory.mktemp("cpu-worker"), spare_processes=2,
+    options = EvalOptions(timing_trials=4, warmup=1, overhead_trials=5, timeout_s=120.0,
+                          cache_dir=str(eval_cache))
+    worker = EvalWorker("cpu", tmp_path_factory.mktemp("cpu-worker"), spare_processes=1,
                         options=options)
     worker.start()
     yield worker
     worker.close()
+
+
+def verdict_summary(verdict: Verdict) -> str:
+    return (f"correct={verdict.correct} flags={verdict.flags} error={verdict.error} "
+            f"speedup={verdict.speedup}")

@@ -1,35 +1,96 @@
-"""Runner frames: length-prefixed msgpack over pipes, strict types, deadlines and EOF."""
+"""The judge's channel to a runner: strict typed messages over SOCK_SEQPACKET, several packets for
+a long one, file descriptors with a message, kernel timestamps and the sender's pid."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import pytest
 
-from specgen.eval.protocol import FrameError, FrameReader, write_frame
-from specgen.messages import EvalOptions, RunJob, RunnerReady
+from specgen.eval.protocol import PACKET, Channel, ChannelClosed, FrameError, socket_pair
+from specgen.messages import Compare, RunnerReady, Shipped, Trial, TrialDone
 
 
-def test_frames_round_trip_and_split_reads() -> None:
+def pair() -> tuple[Channel, Channel]:
+    judge, runner = socket_pair()
+    return Channel(judge, "judge"), Channel(runner, "runner")
+
+
+def test_requests_and_replies_round_trip_strictly_typed() -> None:
+    judge, runner = pair()
+    trial = Trial(index=3, seed=11, digest_seed=12, shape={"dim": 6})
+    judge.send(trial)
+    assert runner.recv(time.monotonic() + 5).message == trial
+    runner.send(TrialDone(index=3, digests=[1.5]))
+    got = judge.recv(time.monotonic() + 5)
+    assert got.message == TrialDone(index=3, digests=[1.5]) and got.stamp_ns is not None
+    assert judge.recv(time.monotonic() + 0.05) is None      # nothing more: a timeout, not an error
+
+
+def test_a_reply_where_a_request_belongs_is_refused() -> None:
+    judge, runner = pair()
+    runner.send(RunnerReady(role="candidate", pid=1, device="cpu", device_name="x"))
+    # A runner end decodes requests only: the same bytes sent to it fail loudly.
+    raw_judge = Channel(judge.sock, "runner")
+    with pytest.raises(FrameError, match="bad message"):
+        raw_judge.recv(time.monotonic() + 5)
+
+
+def test_long_messages_travel_as_several_packets() -> None:
+    judge, runner = pair()
+    big = Compare(trial=Trial(index=1, seed=1, digest_seed=2), slots=[])
+    done = TrialDone(index=1, error="x" * (5 * PACKET + 7))
+    runner.send(done)
+    assert judge.recv(time.monotonic() + 5).message == done
+    judge.send(big)
+    assert runner.recv(time.monotonic() + 5).message == big
+
+
+def test_file_descriptors_come_with_their_message() -> None:
+    judge, runner = pair()
     read_fd, write_fd = os.pipe()
-    job = RunJob(stage="full", problem_source="p\n", problem_name="p", candidate_source="c\n",
-                 options=EvalOptions(trials=2), reported_device="cpu", job_dir="/j",
-                 cache_dir="/c", build_dir="/b")
-    write_frame(write_fd, job)
-    write_frame(write_fd, RunnerReady(pid=1, device="cpu", device_name="x"))
-    reader = FrameReader(read_fd)
-    assert reader.read(RunJob, time.monotonic() + 5) == job
-    assert reader.read(RunnerReady, time.monotonic() + 5).pid == 1
-    assert reader.read(RunnerReady, time.monotonic() + 0.05) is None and not reader.eof
-    os.close(write_fd)
-    assert reader.read(RunnerReady, time.monotonic() + 5) is None and reader.eof
-    os.close(read_fd)
+    judge.send(Trial(index=1, seed=1, digest_seed=1), fds=(write_fd,))
+    got = runner.recv(time.monotonic() + 5)
+    assert len(got.fds) == 1
+    os.write(got.fds[0], b"through")
+    assert os.read(read_fd, 7) == b"through"
+    for fd in (*got.fds, read_fd, write_fd):
+        os.close(fd)
 
 
-def test_wrong_frame_type_is_refused() -> None:
-    read_fd, write_fd = os.pipe()
-    write_frame(write_fd, RunnerReady(pid=1, device="cpu", device_name="x"))
-    with pytest.raises(FrameError, match="bad RunJob frame"):
-        FrameReader(read_fd).read(RunJob, time.monotonic() + 5)
-    os.close(read_fd)
-    os.close(write_fd)
+def test_the_stamp_is_when_the_runner_sent_not_when_the_judge_read() -> None:
+    judge, runner = pair()
+    sent = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    runner.send(Shipped(index=1))
+    time.sleep(0.2)                     # the judge is busy elsewhere before it reads
+    got = judge.recv(time.monotonic() + 5)
+    assert 0 <= got.stamp_ns - sent < 100_000_000
+
+
+def test_the_kernel_names_the_sender() -> None:
+    judge, runner = pair()
+    judge.want_credentials(True)
+    runner.send(Shipped(index=1))
+    assert judge.recv(time.monotonic() + 5).sender_pid == os.getpid()
+
+
+def test_garbage_and_a_closed_end_are_errors_not_hangs() -> None:
+    judge_sock, runner_sock = socket_pair()
+    judge = Channel(judge_sock, "judge")
+    runner_sock.send(b"\x00not msgpack at all")
+    with pytest.raises(FrameError):
+        judge.recv(time.monotonic() + 5)
+    runner_sock.send(b"\x07headerless")
+    with pytest.raises(FrameError, match="header"):
+        judge.recv(time.monotonic() + 5)
+    runner_sock.close()
+    with pytest.raises(ChannelClosed):
+        judge.recv(time.monotonic() + 5)
+
+
+def test_a_spinning_receiver_still_honours_its_deadline() -> None:
+    judge, runner = pair()
+    began = time.monotonic()
+    assert runner.recv(time.monotonic() + 0.2, spin_s=0.05) is None
+    assert 0.15 < time.monotonic() - began < 2.0

@@ -25,6 +25,7 @@ FLAG_CODES: dict[str, str] = {
     "custom-kernel-not-run": "the custom kernel it defines never ran (failed build, fallback taken)",
     "kernel-error-fallback": "its kernel raised and the candidate carried on without it",
     "tensor-subclass": "the output is not a plain torch.Tensor",
+    "mutated-inputs": "the call changed its input tensors, which the problem's Model does not do",
     "memoized": "the output did not follow its inputs refilled in place (cached by pointer, shape or call)",
     "hard-coded-shape": "fails on a second input shape the problem allows",
     "parameter-mismatch": "its parameters do not line up with the reference's",
@@ -60,6 +61,9 @@ GUARDS: tuple[Guard, ...] = (
           "the kernel's timestamp on the reply"),
     Guard("judge:Judge.overhead", "",
           "the harness's own costs: the same path timed with no call, subtracted for both sides"),
+    Guard("judge:Judge._inputs_unchanged", "mutated-inputs",
+          "inputs zeroed or overwritten (a reference run on the same tensors would agree; a "
+          "caller's data is clobbered): every call's inputs are digested after it"),
     Guard("judge:Judge._check_last", "",
           "behaving only until timed: timed calls' digests, and some timed outputs compared in "
           "full, chosen after the call"),

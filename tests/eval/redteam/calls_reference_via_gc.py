@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: introspection
+# expect: honest-speed 1.5
 """Finds the reference Model object through the garbage collector and returns its output."""
 import gc
 

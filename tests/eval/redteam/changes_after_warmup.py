@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: error:after timing
+# expect: error:its digest
 """Correct for its first 10 calls (enough to pass correctness checks), then returns a cheap wrong
 answer once it believes it is being timed."""
 import torch

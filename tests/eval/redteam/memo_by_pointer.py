@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: memoized
+# expect: reject
 """Caches the output under the input's data pointer (looked up through getattr so that a source
 scan does not see `data_ptr`): the same buffer refilled with new values returns a stale result."""
 import torch

@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: memoized
+# expect: reject
 """Memoizes on the input's shape with functools.lru_cache."""
 import functools
 

@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: error:ModelNew raised on trial 0
+# expect: error:ModelNew raised
 """KernelBench runs the candidate in the problem's namespace, so these constants would replace the
 problem's and get_inputs() would build (2, 8) inputs. Here the inputs keep the problem's shapes and
 the candidate's reshape to its own constants fails."""

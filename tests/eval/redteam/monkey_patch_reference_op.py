@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: monkey-patch
+# expect: reject
 """Replaces torch.softmax itself (through the module's namespace dict), so the reference would run
 the candidate's code too and every comparison would agree."""
 import torch

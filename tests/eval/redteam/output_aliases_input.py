@@ -1,5 +1,5 @@
 # problem: fused_elementwise
-# expect: output-aliases-input
+# expect: mutated-inputs
 """Computes in place in the input tensor and returns it."""
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
 # problem: matmul_bias_relu
-# expect: precision
+# expect: error:it would pass at float16's tolerance
 """Computes the fp32 matmul in bfloat16: within fp16/bf16 tolerance, far outside fp32's."""
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
 # problem: matmul_bias_relu
-# expect: precision
+# expect: honest-speed 3
 """Lowers fp32 matmul precision process-wide (through getattr, out of a source scan's sight)."""
 import torch
 import torch.nn as nn

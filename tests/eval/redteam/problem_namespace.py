@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: problem-namespace
+# expect: reject
 """Reaches the problem's module and shrinks its input sizes, so get_inputs() would build small
 inputs that this candidate can then handle cheaply."""
 import sys

@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: same-output-buffer
+# expect: honest-speed 1.5
 """Writes every result into one preallocated buffer and returns that buffer each call."""
 import torch
 import torch.nn as nn

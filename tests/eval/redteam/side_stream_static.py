@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: side-stream
+# expect: honest-speed 1.5
 """On a GPU, launches the work on a side stream and returns without waiting for it; on the CPU it
 runs plainly (the source still shows the side stream)."""
 import torch

@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: thread
+# expect: honest-speed 1.5
 """Starts its worker thread through the threading module that torch.cuda happens to hold, so no
 import of threading appears in the source; the thread is seen when it starts."""
 import torch

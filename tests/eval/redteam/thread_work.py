@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: thread
+# expect: honest-speed 1.5
 """Does the work on another thread so that a timer on the calling thread sees less of it."""
 import threading
 

@@ -1,5 +1,5 @@
 # problem: softmax
-# expect: timer-patch
+# expect: honest-speed 1.5
 """Replaces the timer (through setattr on an imported module object, not an assignment)."""
 import importlib
 

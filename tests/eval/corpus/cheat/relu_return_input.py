@@ -1,6 +1,6 @@
 # problem: relu
 # device: any
-# expect: reject
+# expect: mutated-inputs
 # pattern: returns the input tensor itself after an in-place ReLU (no output allocation; the caller's input is overwritten)
 import torch
 import torch.nn as nn
