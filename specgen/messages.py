@@ -652,7 +652,8 @@ class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
     busy_for_s: float = 0.0                 # how long the current request has run
     completed: int = 0                      # requests it finished
     pending_pool: str = ""                  # pool it moves to when its current request ends
-    busy_candidate: str = ""                # "job_id/candidate_id" of the request it runs
+    busy_candidate: str = ""                # "job_id/candidate_id" of the request it runs; left empty
+                                            # for another client's request unless the asker is the admin
     pid: int = 0                            # its process id on its node's host
     host: str = ""                          # host name of the machine it runs on (pairs it with KV pools)
     sandbox: str = ""                       # how its candidates run (Hello.sandbox)
@@ -671,7 +672,11 @@ class PoolStat(msgspec.Struct, kw_only=True):
 
 
 class SchedulerStats(msgspec.Struct, kw_only=True):
-    """Everything observable about the scheduler, for `specgen status`, tests and benchmarks."""
+    """Everything observable about the scheduler, for `specgen status`, tests and benchmarks.
+
+    The cluster's admin (runtime/ownership.py) sees all of it; any other client sees the counts and
+    the workers, but job and candidate ids (`jobs`, `WorkerStat.busy_candidate`) of its own jobs
+    only, and no worker's error text (it can quote another client's candidate)."""
 
     scheduler_id: str
     uptime_s: float
@@ -698,6 +703,9 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
     waiting_s: float = 0.0                  # that time: seconds with a request queued
     kv_control_endpoint: str = ""           # where KV pools connect their control channel ("" = off)
     kv_pools: list[KvPoolView] = []         # remote KV pools reporting to the scheduler
+    jobs: list[str] = []                    # ids of the running jobs the asker may see (all: the admin)
+    restricted: bool = False                # True: other clients' jobs and candidates are left out
+    requests_not_owner: int = 0             # job requests refused because the sender did not own the job
 
 
 class Hello(_Wire):
@@ -714,7 +722,10 @@ class Hello(_Wire):
     busy_key: list[str] = []                # worker: (job_id, candidate_id, stage) of that request
     host: str = ""                          # worker: host name (pairs it with KV pools on its device)
     credential: str = ""                    # worker, node, reasoner: proof of cluster membership, an
-                                            # HMAC of role and name under the join secret (runtime/auth.py)
+                                            # HMAC of role and name under the join secret (runtime/auth.py);
+                                            # client: empty, or the admin's (role "admin"), see Welcome.admin
+    client_token: str = ""                  # client: a random secret (32+ chars) naming it across
+                                            # reconnections; without CURVE, the owner of its jobs
     held_results: list[str] = []            # worker: request ids of results it keeps until acknowledged
     sandbox: str = ""                       # worker: how its candidates run, "namespaces" | "none"
                                             # ("none: <why>" when no sandbox could be made); "" untold
@@ -728,6 +739,7 @@ class Welcome(_Wire):
     heartbeat_interval_s: float
     peer_timeout_s: float
     max_message_bytes: int
+    admin: bool = False                     # client: its Hello carried a valid admin credential
 
 
 class Heartbeat(_Wire):
@@ -747,7 +759,8 @@ class ErrorReply(_Wire):
     """A message was refused. `ref` is the refused request's call_id when it could be read."""
 
     KIND: ClassVar[int] = 5
-    code: str                               # "malformed" | "unknown_kind" | "version" | "too_large" | ...
+    code: str                               # "malformed" | "unknown_kind" | "version" | "too_large" |
+                                            # "not_owner" (another client's job) | ...
     message: str                            # says what was wrong and what to fix
     ref: int = 0
 
@@ -785,7 +798,9 @@ class Ack(_Wire):
 
 
 class SubmitCandidate(_Wire):
-    """Queue a candidate for validation (then profiling); updates go to the sender."""
+    """Queue a candidate for validation (then profiling); updates go to the sender. Taken only from
+    the job's owner, its reasoner or the admin (the first submitter owns a job id new to the
+    scheduler); anyone else gets ErrorReply "not_owner"."""
 
     KIND: ClassVar[int] = 10
     call_id: int
@@ -837,7 +852,8 @@ class EvaluateQueued(_Wire):
 
 
 class CancelJob(_Wire):
-    """Drop the job's queued work, stop its running work and its reasoner; answered by Ack."""
+    """Drop the job's queued work, stop its running work and its reasoner; answered by Ack.
+    Owner, reasoner or admin only (else ErrorReply "not_owner")."""
 
     KIND: ClassVar[int] = 15
     call_id: int
@@ -845,7 +861,8 @@ class CancelJob(_Wire):
 
 
 class CreateJob(_Wire):
-    """Start a job (its reasoner runs the optimize loop); answered by JobCreated."""
+    """Start a job (its reasoner runs the optimize loop); answered by JobCreated. The sender owns
+    the job; an id already taken by another client is refused ("not_owner")."""
 
     KIND: ClassVar[int] = 16
     call_id: int
@@ -859,7 +876,8 @@ class JobCreated(_Wire):
 
 
 class SubscribeJob(_Wire):
-    """Send me the job's events after `after_seq` (from the journal), then new ones; Ack."""
+    """Send me the job's events after `after_seq` (from the journal), then new ones; Ack.
+    Owner, reasoner or admin only (else ErrorReply "not_owner")."""
 
     KIND: ClassVar[int] = 18
     call_id: int
@@ -873,7 +891,7 @@ class JobEventNotice(_Wire):
 
 
 class GetJob(_Wire):
-    """Ask for a job's spec and state; answered by JobStatusReply."""
+    """Ask for a job's spec and state; answered by JobStatusReply. Owner, reasoner or admin only."""
 
     KIND: ClassVar[int] = 20
     call_id: int
@@ -902,7 +920,8 @@ class ReportJobResult(_Wire):
 
 
 class ResyncUpdates(_Wire):
-    """After a scheduler restart: send me again every recorded update of these jobs; Ack."""
+    """After a scheduler restart: send me again every recorded update of these jobs; Ack. Every
+    job must be the sender's (else ErrorReply "not_owner", and nothing is sent)."""
 
     KIND: ClassVar[int] = 24
     call_id: int

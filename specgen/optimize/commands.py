@@ -349,9 +349,13 @@ def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine) -> OptimizeSpec
     if max_iterations is None:
         trace = getattr(engine, "trace", None)
         max_iterations = len(trace.iterations) if trace is not None else 4
+    from specgen.runtime.ids import new_id
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return OptimizeSpec(
-        job_id=f"{plan.problem_name}-{args.mode}-{stamp}",
+        # Readable, and unguessable by its random end (runtime/ids.py): a job id on a shared
+        # scheduler is no one else's to aim at.
+        job_id=new_id(f"{plan.problem_name}-{args.mode}-{stamp}"),
         problem_name=plan.problem_name,
         problem_source=plan.problem_path.read_text(),
         mode=args.mode,

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from specgen.optimize.termination import (
     default_criterion,
 )
 from specgen.optimize.triggers import TriggerPolicy, build_trigger_policy
+from specgen.runtime.ids import new_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,6 +64,7 @@ PolicyFactory = Callable[[], TriggerPolicy]
 
 # Verdict statuses after which a candidate needs nothing more from the backend.
 _FINAL = {"failed", "incorrect", "correct", "cancelled", "duplicate", "lost"}
+_ORDINAL = re.compile(r"c(\d+)")   # the ordinal that starts a candidate id ("c007-<random>")
 
 
 async def run_job(
@@ -447,7 +450,8 @@ class OptimizeJob:
             carried = self._carried.pop(fingerprint(source), None)
             if carried is not None:
                 return self._found_again(state, carried, request_id, position)
-        candidate_id = f"c{self._candidate_count:03d}"
+        # The ordinal reads in order; the random rest makes the id unguessable (runtime/ids.py).
+        candidate_id = new_id(f"c{self._candidate_count:03d}")
         self._candidate_count += 1
         admission = self.dedup.admit(source, candidate_id)
         record = CandidateRecord(candidate_id=candidate_id, iteration=state.record.index,
@@ -520,8 +524,9 @@ class OptimizeJob:
         for record in run.candidates.values():
             self.candidates[record.candidate_id] = record
             self.dedup.admit(record.source, record.candidate_id)
-            with contextlib.suppress(ValueError):
-                self._candidate_count = max(self._candidate_count, int(record.candidate_id[1:]) + 1)
+            ordinal = _ORDINAL.match(record.candidate_id)
+            if ordinal is not None:
+                self._candidate_count = max(self._candidate_count, int(ordinal.group(1)) + 1)
         for update in run.updates:
             record = self.candidates.get(update.candidate_id)
             if record is not None and record.status not in _FINAL:

@@ -9,7 +9,9 @@ Key directory layout (made by `specgen keys generate DIR`):
 Files use pyzmq's certificate format (`zmq.auth.create_certificates`).
 
 Roles: anyone who reaches the socket may be a client (evaluate, submit, status: the public API),
-but registering as a worker, a node or a job's reasoner takes a credential. The cluster's *join
+but registering as a worker, a node or a job's reasoner takes a credential. A client acts for its
+own jobs only (runtime/ownership.py says whose a job is); the cluster's *admin* is a client that
+presents the admin credential of its name, and sees and acts for every job. The cluster's *join
 secret* (32 random bytes, hex in a 0600 file) is known to the scheduler and to the nodes only;
 a peer's credential is HMAC-SHA256(join secret, role, node, name), so it admits that one name in
 that one role and reveals nothing of the secret. Who holds what:
@@ -20,7 +22,9 @@ that one role and reveals nothing of the secret. Who holds what:
   `process.ChildProcess(secrets=...)`), never through the environment; likewise the scheduler
   for the reasoners it starts;
 - a process presents its own credential in its Hello (`present_credential`, read by
-  `transport.PeerConnection`); evaluation runners, started by workers, inherit none of this.
+  `transport.PeerConnection`); evaluation runners, started by workers, inherit none of this;
+- the admin's is `admin_credential(secret, name)`: `Client(join_secret=...)` presents it, as
+  `LocalCluster.client` and `specgen status --join-secret FILE` do.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ JOIN_SECRET_ENV = "SPECGEN_JOIN_SECRET_FILE"   # default --join-secret of `specg
 JOIN_SECRET_FILE = "join_secret"               # its name in the scheduler's state directory
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "specgen" / "scheduler"
 AUTHENTICATED_ROLES = ("worker", "node", "reasoner")
+ADMIN_ROLE = "admin"   # not a Hello role: the role a client's admin credential is derived for
 _CURVE_ENV = "SPECGEN_CURVE"
 
 
@@ -203,6 +208,16 @@ def peer_credential(secret: bytes, role: str, name: str, node: str = "") -> str:
     """The credential of `name` in `role` (a worker's also names its node): hex HMAC-SHA256."""
     message = json.dumps(["specgen-peer/1", role, node, name]).encode()
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def admin_credential(secret: bytes, name: str) -> str:
+    """The credential that makes the client `name` the cluster's admin (it sees and acts for every job)."""
+    return peer_credential(secret, ADMIN_ROLE, name)
+
+
+def new_client_token() -> str:
+    """A client's token (Hello.client_token): without CURVE, what its jobs belong to."""
+    return _random.token_hex(16)
 
 
 def check_credential(secret: bytes, role: str, name: str, node: str, presented: str) -> bool:

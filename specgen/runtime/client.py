@@ -15,16 +15,21 @@ event it saw, so an event stream neither skips nor repeats an event. A wait on a
 its result) gives up with SchedulerUnreachable once the scheduler said nothing for the setting
 `scheduler_timeout_s` (the scheduler answers a heartbeat every `heartbeat_interval_s`), and ends at
 once when the client is closed, with the error it was closed with.
+
+A client acts for its own jobs only (runtime/ownership.py): those it created, or first submitted
+candidates to. With CURVE they are its key's; without, they are its `client_token`'s, a random
+secret made here unless given (pass `client.client_token` to a later Client to act for the same
+jobs). `join_secret=` makes it the cluster's admin, who sees and acts for every job.
 """
 from __future__ import annotations
 
 import itertools
 import os
 import queue
+import secrets
 import socket
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,9 +40,12 @@ from specgen.messages import (
     Ping, ReportJobEvent, ReportJobResult, ResyncUpdates, SchedulerStats, SubscribeJob, Verdict,
     _Wire,
 )
-from specgen.runtime.auth import ClientKeys, load_client_keys, require_keys_for
+from specgen.runtime.auth import ClientKeys, admin_credential, load_client_keys, new_client_token, require_keys_for
+from specgen.runtime.ids import new_job_id
+from specgen.runtime.ownership import MIN_TOKEN_CHARS
 from specgen.runtime.settings import RuntimeSettings
-from specgen.runtime.transport import PeerConnection, RuntimeFailure, SchedulerUnreachable
+from specgen.runtime.transport import (AuthenticationFailed, PeerConnection, RemoteError,
+                                       RuntimeFailure, SchedulerUnreachable)
 
 UpdateSink = Callable[[CandidateUpdate], None]
 ProgressSink = Callable[[EvaluateQueued], None]
@@ -128,27 +136,53 @@ class Client:
         role: str = "client",
         name: str | None = None,
         connect_timeout_s: float | None = None,
+        client_token: str | None = None,
+        join_secret: bytes | None = None,
     ) -> None:
+        """`client_token`: without CURVE, what this client's jobs belong to (default: a new
+        random one; see `client_token`). `join_secret`: the cluster's, to register as its admin
+        (AuthenticationFailed if the scheduler's is another)."""
         if isinstance(keys, (str, Path)):
             keys = load_client_keys(Path(keys))
         require_keys_for(address, keys, "keys=")
+        if client_token is not None and len(client_token) < MIN_TOKEN_CHARS:
+            raise UsageError(f"client_token must have {MIN_TOKEN_CHARS} or more random characters "
+                             f"(secrets.token_hex(16)), not {len(client_token)}")
+        if join_secret is not None and role != "client":
+            raise UsageError(f"join_secret= makes a client the admin; a {role} has credentials of its own")
         self.address = address
         self.settings = settings or RuntimeSettings()
         self._jobs: dict[str, Job] = {}
         self._sinks: list[tuple[UpdateSink, Callable[[], list[str]]]] = []
         self._lock = threading.Lock()
         # Ids of one-off evaluations: unique per client without a random draw per call.
-        self._inline_prefix = f"inline-{uuid.uuid4().hex[:8]}-"
+        self._inline_prefix = f"inline-{secrets.token_hex(4)}-"
         self._inline_ids = itertools.count(1)
+        # Kept for the connection's life, so a restarted scheduler still knows whose jobs are ours.
+        self.client_token = client_token or new_client_token()
+        name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        hello = {"client_token": self.client_token} if role == "client" else {}
         self.conn = PeerConnection(
-            address, role, name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
-            self.settings, keys, on_message=self._on_message, on_reconnect=self._on_reconnect)
+            address, role, name, self.settings, keys, on_message=self._on_message,
+            on_reconnect=self._on_reconnect, hello_fields=lambda: hello,
+            credential=admin_credential(join_secret, name) if join_secret is not None else None)
         self.conn.start()
         try:
-            self.conn.wait_welcome(connect_timeout_s)
+            welcome = self.conn.wait_welcome(connect_timeout_s)
+            if join_secret is not None and not welcome.admin:
+                raise AuthenticationFailed(
+                    f"the scheduler at {address} did not take this client's admin credential: the "
+                    "join secret given is not that scheduler's (specgen serve --join-secret FILE, "
+                    "default STATE_DIR/join_secret)")
         except Exception:
             self.conn.close()
             raise
+
+    @property
+    def admin(self) -> bool:
+        """Whether the scheduler took this client for the cluster's admin."""
+        welcome = self.conn.welcome
+        return welcome is not None and welcome.admin
 
     def __enter__(self) -> "Client":
         return self
@@ -268,24 +302,30 @@ class Client:
                            wall_time_s=wall_time_s, max_tokens=max_tokens,
                            max_iterations=max_iterations, options=dict(options or {}))
         # The id is made here so that re-sending CreateJob after a scheduler restart is idempotent.
-        spec.job_id = spec.job_id or job_id or f"job-{uuid.uuid4().hex[:12]}"
-        job = self._attach(spec.job_id)
-        self._request(CreateJob(call_id=0, spec=spec))
-        self._request(SubscribeJob(call_id=0, job_id=spec.job_id, after_seq=job.last_seq))
-        return job
+        spec.job_id = spec.job_id or job_id or new_job_id()
+        return self._follow(spec.job_id, CreateJob(call_id=0, spec=spec))
 
     def job(self, job_id: str) -> Job:
-        """Follow an existing job (events from its first)."""
-        job = self._attach(job_id)
-        self._request(SubscribeJob(call_id=0, job_id=job_id, after_seq=job.last_seq))
-        return job
+        """Follow an existing job of this client's (events from its first); RemoteError
+        "not_owner" for another client's."""
+        return self._follow(job_id)
 
-    def _attach(self, job_id: str) -> Job:
+    def _follow(self, job_id: str, create: CreateJob | None = None) -> Job:
         with self._lock:
             job = self._jobs.get(job_id)
+            new = job is None
             if job is None:
                 job = self._jobs[job_id] = Job(self, job_id)
-            return job
+        try:
+            if create is not None:
+                self._request(create)
+            self._request(SubscribeJob(call_id=0, job_id=job_id, after_seq=job.last_seq))
+        except RemoteError:
+            if new:   # refused (e.g. another client's job): not one to re-subscribe after a restart
+                with self._lock:
+                    self._jobs.pop(job_id, None)
+            raise
+        return job
 
     def cancel_job(self, job_id: str) -> int:
         return self._request(CancelJob(call_id=0, job_id=job_id)).count  # type: ignore[attr-defined]

@@ -7,6 +7,10 @@ core. This part owns `jobs`, `jobs_finished` and the feedback latencies. A job's
 the queues here (`_enqueue_job_request`) and leave them here with a recorded result
 (`_complete`) or a drop (`_drop`); one-off requests (`EvaluateRequest`) belong to no job and are
 answered straight to their caller.
+
+A job's requests are taken only from those who may act for it (runtime/ownership.py): its owner,
+bound here when the job is created or first submitted to and journaled with it, its reasoner
+and the admin. A refusal (`_refuse_not_owner`) changes nothing of the job.
 """
 from __future__ import annotations
 
@@ -14,7 +18,6 @@ import collections
 import heapq
 import logging
 import math
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,6 +29,8 @@ from specgen.messages import (
     JobStatusReply, ReportJobEvent, ReportJobResult, ResyncUpdates, SubmitAck, SubmitCandidate,
     SubscribeJob, Verdict,
 )
+from specgen.runtime.ids import new_job_id
+from specgen.runtime.ownership import may_act_for, not_owner
 from specgen.runtime.priority import QueuedRequest
 
 log = logging.getLogger("specgen.runtime.scheduler_core")   # one logger for the whole core
@@ -39,6 +44,7 @@ class JobState:
     has_reasoner: bool
     attempts: int = 0
     state: str = "running"
+    owner: str = ""                           # the identity that may act for it (runtime/ownership.py)
     submitter: bytes | None = None           # receives CandidateUpdates (reasoner or backend)
     reasoner_peer: bytes | None = None
     reasoner_started: float = 0.0             # monotonic; 0 = not started by us
@@ -80,12 +86,13 @@ class JobBook:
         self.jobs_finished: collections.Counter[str] = collections.Counter()   # by result status
         # Called with each feedback latency as it is recorded (the metrics' histogram).
         self.feedback_observer: Callable[[float], None] | None = None
+        self._not_owner_logged: dict[str, float] = {}   # peer name -> last not-owner warning
 
     def resume(self) -> None:
         """Rebuild running jobs from the journal: re-queue every stage that has no verdict yet."""
         for rec in self.journal.unfinished_jobs():
             job = JobState(spec=rec.spec, has_reasoner=rec.has_reasoner, attempts=rec.attempts,
-                           last_seq=rec.last_seq)
+                           last_seq=rec.last_seq, owner=rec.owner)
             self._add_job(job)
             for upd in rec.updates:
                 job.updates[(upd.candidate_id, upd.stage)] = upd
@@ -132,6 +139,35 @@ class JobBook:
                     error=f"wall time of {job.spec.wall_time_s:g} s used up and the reasoner did not "
                           f"finish within {self.settings.job_grace_s:g} s more (setting job_grace_s)"), now)
 
+    # -- ownership ----------------------------------------------------------------------------
+    def _owner_of(self, job_id: str) -> str | None:
+        """The owner of a running or journaled job; None when the scheduler never had it."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job.owner
+        rec = self.journal.job(job_id)
+        return rec.owner if rec is not None else None
+
+    def _refuse_not_owner(self, peer: bytes, job_id: str, action: str, ref: int) -> None:
+        self.counters["requests_not_owner"] += 1
+        known = self.peers[peer]
+        now = self.clock.now()
+        last = self._not_owner_logged.get(known.name)
+        if last is None or now - last > 60.0:   # one warning per peer a minute
+            if len(self._not_owner_logged) > 1000:
+                self._not_owner_logged.clear()
+            self._not_owner_logged[known.name] = now
+            log.warning("refused %s %r (peer %r): may not %s job %s, another's", known.role, known.name,
+                        peer[:40], action, job_id)
+        self.reply(peer, not_owner(job_id, action, ref))
+
+    def _may_act(self, peer: bytes, job_id: str, owner: str | None, action: str, ref: int) -> bool:
+        """Whether `peer` may act for the job (`owner`: see _owner_of); if not, it is told so."""
+        if owner is None or may_act_for(self.peers[peer], job_id, owner):
+            return True
+        self._refuse_not_owner(peer, job_id, action, ref)
+        return False
+
     # -- candidates and verdicts --------------------------------------------------------------
     def _next_stage(self, job: JobState, sub: CandidateSubmission) -> str | None:
         validated = job.updates.get((sub.candidate_id, "validate"))
@@ -156,18 +192,27 @@ class JobBook:
             self.reply(peer, ErrorReply(code="bad_request", ref=msg.call_id, message=(
                 "submission needs a job_id and a candidate_id (use EvaluateRequest for a one-off candidate)")))
             return
+        known = self.peers[peer]
+        if known.role == "reasoner" and known.name != sub.job_id:
+            # A reasoner acts for its own job, never for a job id it would make up.
+            self._refuse_not_owner(peer, sub.job_id, "submit candidates to", msg.call_id)
+            return
         job = self.jobs.get(sub.job_id)
         if job is None:
             rec = self.journal.job(sub.job_id)
             if rec is not None:
-                self.reply(peer, SubmitAck(call_id=msg.call_id, accepted=False,
-                                           reason=f"job {sub.job_id} has ended ({rec.result.status if rec.result else rec.state})"))
+                if self._may_act(peer, sub.job_id, rec.owner, "submit candidates to", msg.call_id):
+                    self.reply(peer, SubmitAck(call_id=msg.call_id, accepted=False, reason=(
+                        f"job {sub.job_id} has ended ({rec.result.status if rec.result else rec.state})")))
                 return
-            # A job the submitter runs itself (no reasoner here), e.g. an optimize loop in its own process.
+            # A job the submitter runs itself (no reasoner here), e.g. an optimize loop in its own
+            # process: the first submitter owns it.
             spec = JobSpec(job_id=sub.job_id, problem_name=sub.problem_name, created_at=self.wall())
-            job = JobState(spec=spec, has_reasoner=False)
+            job = JobState(spec=spec, has_reasoner=False, owner=known.owner)
             self._add_job(job)
-            self.journal.put_job(spec, "running", False, 0)
+            self.journal.put_job(spec, "running", False, 0, owner=job.owner)
+        elif not self._may_act(peer, sub.job_id, job.owner, "submit candidates to", msg.call_id):
+            return
         if job.submitter != peer:
             job.submitter = peer
         if sub.candidate_id in job.candidates:
@@ -261,15 +306,19 @@ class JobBook:
         job.reasoner_peer = None
         job.reasoner_started = now
         self._watch_reasoner(job)
-        self.journal.put_job(job.spec, "running", True, job.attempts)
+        self.journal.put_job(job.spec, "running", True, job.attempts, owner=job.owner)
         self.actions.append(("start_reasoner", job.spec.job_id))
 
     def on_create_job(self, peer: bytes, msg: CreateJob, now: float) -> None:
         spec = msg.spec
         if not spec.job_id:
-            spec.job_id = f"job-{uuid.uuid4().hex[:12]}"
-        if spec.job_id in self.jobs or self.journal.job(spec.job_id) is not None:
-            self.reply(peer, JobCreated(call_id=msg.call_id, job_id=spec.job_id))   # idempotent
+            spec.job_id = new_job_id()
+        owner = self._owner_of(spec.job_id)
+        if owner is not None:
+            # Idempotent for its owner (CreateJob sent again after a restart); an id another
+            # client holds is not theirs to create.
+            if self._may_act(peer, spec.job_id, owner, "create", msg.call_id):
+                self.reply(peer, JobCreated(call_id=msg.call_id, job_id=spec.job_id))
             return
         if not spec.problem_source.strip():
             self.reply(peer, ErrorReply(code="bad_request", ref=msg.call_id,
@@ -289,7 +338,7 @@ class JobBook:
         spec.created_at = self.wall()
         if spec.wall_time_s is not None:
             spec.deadline = spec.created_at + spec.wall_time_s
-        job = JobState(spec=spec, has_reasoner=True)
+        job = JobState(spec=spec, has_reasoner=True, owner=self.peers[peer].owner)
         self._add_job(job)
         job.subscribers.add(peer)
         self._emit(job, "created", {"problem_name": spec.problem_name, "entry": spec.entry})
@@ -297,12 +346,15 @@ class JobBook:
         self.reply(peer, JobCreated(call_id=msg.call_id, job_id=spec.job_id))
 
     def on_cancel_job(self, peer: bytes, msg: CancelJob, now: float) -> None:
+        owner = self._owner_of(msg.job_id)
+        if owner is None:
+            self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
+            return
+        if not self._may_act(peer, msg.job_id, owner, "cancel", msg.call_id):
+            return
         job = self.jobs.get(msg.job_id)
         if job is None:
-            if self.journal.job(msg.job_id) is None:
-                self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
-            else:
-                self.reply(peer, Ack(call_id=msg.call_id))
+            self.reply(peer, Ack(call_id=msg.call_id))   # it has ended already
             return
         if job.has_reasoner and self.peers[peer].role != "reasoner":
             dropped = self._finish_job(job, JobResult(job_id=job.spec.job_id, status="cancelled",
@@ -325,7 +377,7 @@ class JobBook:
             result.best_candidate_id, result.best_verdict = _best(job.updates)
         result.finished_at = result.finished_at or self.wall()
         job.result = result
-        self.journal.put_job(job.spec, "finished", job.has_reasoner, job.attempts, result)
+        self.journal.put_job(job.spec, "finished", job.has_reasoner, job.attempts, result, owner=job.owner)
         self._emit(job, "finished", msgspec.to_builtins(result))
         if job.has_reasoner:
             self.actions.append(("stop_reasoner", job.spec.job_id))
@@ -352,10 +404,13 @@ class JobBook:
         return dropped
 
     def on_subscribe(self, peer: bytes, msg: SubscribeJob, now: float) -> None:
-        job = self.jobs.get(msg.job_id)
-        if job is None and self.journal.job(msg.job_id) is None:
+        owner = self._owner_of(msg.job_id)
+        if owner is None:
             self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
             return
+        if not self._may_act(peer, msg.job_id, owner, "follow", msg.call_id):
+            return
+        job = self.jobs.get(msg.job_id)
         for event in self.journal.events_after(msg.job_id, msg.after_seq):
             self.reply(peer, JobEventNotice(event=event))
         if job is not None:
@@ -376,10 +431,12 @@ class JobBook:
                          updates=upds, last_event_seq=rec.last_seq, result=rec.result)
 
     def on_get_job(self, peer: bytes, msg: GetJob, now: float) -> None:
-        status = self.job_status(msg.job_id)
-        if status is None:
+        owner = self._owner_of(msg.job_id)
+        if owner is None:
             self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
-        else:
+        elif self._may_act(peer, msg.job_id, owner, "read", msg.call_id):
+            status = self.job_status(msg.job_id)
+            assert status is not None
             self.reply(peer, JobStatusReply(call_id=msg.call_id, status=status))
 
     def on_report_event(self, peer: bytes, msg: ReportJobEvent, now: float) -> None:
@@ -416,6 +473,10 @@ class JobBook:
                   + (f": {detail}" if detail else "")), now)
 
     def on_resync(self, peer: bytes, msg: ResyncUpdates, now: float) -> None:
+        # All or nothing: one job that is not the sender's refuses the whole request.
+        for job_id in msg.job_ids:
+            if not self._may_act(peer, job_id, self._owner_of(job_id), "resync the updates of", msg.call_id):
+                return
         for job_id in msg.job_ids:
             job = self.jobs.get(job_id)
             updates = list(job.updates.values()) if job is not None else self.journal.updates_of(job_id)

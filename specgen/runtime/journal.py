@@ -4,6 +4,11 @@ SQLite in WAL mode with `synchronous=NORMAL`: a commit survives the scheduler pr
 killed (the case we design for); only a power loss can lose the last commits. The scheduler
 commits once per batch of handled messages and sends the replies and updates of that batch only
 after the commit, so nothing a peer was told can be missing after a restart.
+
+A job's row keeps its owner (runtime/ownership.py: a CURVE key, or a hash of a client's token, or
+a connection), so that a restarted scheduler still takes the job's requests from its owner only.
+A journal written before owners were kept gets the column on opening; its jobs have no owner
+("") and only their reasoners and the admin act for them.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from specgen.runtime.private_files import touch_private
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state TEXT NOT NULL,
-    has_reasoner INTEGER NOT NULL, attempts INTEGER NOT NULL, result BLOB);
+    has_reasoner INTEGER NOT NULL, attempts INTEGER NOT NULL, result BLOB, owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS candidates (
     job_id TEXT NOT NULL, candidate_id TEXT NOT NULL, submission BLOB NOT NULL,
     PRIMARY KEY (job_id, candidate_id));
@@ -45,6 +50,7 @@ class JobRecord:
     has_reasoner: bool
     attempts: int
     result: JobResult | None = None
+    owner: str = ""                     # who may act for the job (runtime/ownership.py); "" = nobody but admin
     candidates: list[CandidateSubmission] = field(default_factory=list)
     updates: list[CandidateUpdate] = field(default_factory=list)
     last_seq: int = 0
@@ -61,6 +67,9 @@ class Journal:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+        if "owner" not in columns:   # a journal from before owners were kept
+            self.db.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
         self._in_tx = False
         self.writes = 0
 
@@ -80,13 +89,14 @@ class Journal:
 
     # -- writes (inside the current batch's transaction) ------------------------------------
     def put_job(self, spec: JobSpec, state: str, has_reasoner: bool, attempts: int,
-                result: JobResult | None = None) -> None:
+                result: JobResult | None = None, owner: str = "") -> None:
         self._begin()
         self.writes += 1
         self.db.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (job_id, spec, state, has_reasoner, attempts, result, owner) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (spec.job_id, _enc.encode(spec), state, int(has_reasoner), attempts,
-             _enc.encode(result) if result is not None else None),
+             _enc.encode(result) if result is not None else None, owner),
         )
 
     def put_candidate(self, sub: CandidateSubmission) -> None:
@@ -116,12 +126,13 @@ class Journal:
     # -- reads ------------------------------------------------------------------------------
     def unfinished_jobs(self) -> list[JobRecord]:
         rows = self.db.execute(
-            "SELECT spec, state, has_reasoner, attempts FROM jobs WHERE state != 'finished'"
+            "SELECT spec, state, has_reasoner, attempts, owner FROM jobs WHERE state != 'finished'"
         ).fetchall()
         records = []
-        for spec_b, state, has_reasoner, attempts in rows:
+        for spec_b, state, has_reasoner, attempts, owner in rows:
             spec = _dec_spec.decode(spec_b)
-            rec = JobRecord(spec=spec, state=state, has_reasoner=bool(has_reasoner), attempts=attempts)
+            rec = JobRecord(spec=spec, state=state, has_reasoner=bool(has_reasoner), attempts=attempts,
+                            owner=owner)
             rec.candidates = [_dec_sub.decode(b) for (b,) in self.db.execute(
                 "SELECT submission FROM candidates WHERE job_id = ? ORDER BY rowid", (spec.job_id,))]
             rec.updates = self.updates_of(spec.job_id)
@@ -131,14 +142,14 @@ class Journal:
 
     def job(self, job_id: str) -> JobRecord | None:
         row = self.db.execute(
-            "SELECT spec, state, has_reasoner, attempts, result FROM jobs WHERE job_id = ?", (job_id,)
+            "SELECT spec, state, has_reasoner, attempts, result, owner FROM jobs WHERE job_id = ?", (job_id,)
         ).fetchone()
         if row is None:
             return None
-        spec_b, state, has_reasoner, attempts, result_b = row
+        spec_b, state, has_reasoner, attempts, result_b, owner = row
         rec = JobRecord(
             spec=_dec_spec.decode(spec_b), state=state, has_reasoner=bool(has_reasoner),
-            attempts=attempts, result=_dec_result.decode(result_b) if result_b else None,
+            attempts=attempts, result=_dec_result.decode(result_b) if result_b else None, owner=owner,
         )
         rec.last_seq = self.last_seq(job_id)
         return rec

@@ -15,7 +15,9 @@ KV pools; `cluster.kv_control_endpoint` is where a pool connects (`PoolControlAg
 
 The cluster's join secret (runtime/auth.py) is made here, held in memory and handed to the
 scheduler and the nodes through their secrets pipes: it is never written to disk, and a restarted
-scheduler (`start_scheduler()` again) gets the same one.
+scheduler (`start_scheduler()` again) gets the same one. `cluster.client` presents the admin
+credential it gives (runtime/ownership.py): it sees and acts for every job of the cluster, as the
+process that owns the cluster should; `Client(cluster.address)` is a plain client, with its own jobs.
 
 `supervise=True` (as `specgen optimize` and `specgen bench` start it) keeps the scheduler and the
 nodes running (runtime/supervisor.py): one that dies is started again at once, on the same address
@@ -134,7 +136,7 @@ class LocalCluster:
             per_node = [self.devices[i::self.nodes_count] for i in range(self.nodes_count)]
             for i, devs in enumerate(d for d in per_node if d):
                 self.start_node(devs, i)
-            self.client = Client(self.address, settings=self.settings)
+            self.client = Client(self.address, settings=self.settings, join_secret=self.join_secret)
             self.wait_for_workers(len(self.devices))
             if self.settings.kv_control_bind is not None:
                 self.kv_control_endpoint = self.client.stats().kv_control_endpoint

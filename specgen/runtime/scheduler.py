@@ -14,7 +14,9 @@ the core decides (runtime/kv_steward.py).
 Run as `specgen serve --bind tcp://127.0.0.1:PORT` or `python -m specgen.runtime.scheduler`.
 Workers, nodes and reasoners register only with credentials derived from the cluster's join
 secret (`--join-secret FILE`, default STATE_DIR/join_secret, made on the first start; see
-runtime/auth.py); the reasoners started here get theirs through their secrets pipe.
+runtime/auth.py); the reasoners started here get theirs through their secrets pipe. A client acts
+for its own jobs only (runtime/ownership.py); with CURVE the loop hands the core each message's
+authenticated key for that.
 """
 from __future__ import annotations
 
@@ -52,6 +54,15 @@ log = logging.getLogger("specgen.scheduler")
 _STOP = object()
 _TICK_S = 0.05
 _ALREADY_WAITING_S = 20e-6   # a receive that returned this fast found its message queued
+
+
+def _user_id(frame: zmq.Frame) -> str:
+    """The ZAP user id of a CURVE connection's message (pyzmq's authenticator: the client's public
+    key, z85). Every message of an authenticated connection has one; "" should one ever lack it."""
+    try:
+        return frame.get("User-Id")
+    except zmq.ZMQError:
+        return ""
 
 
 class SchedulerActor:
@@ -135,10 +146,14 @@ class SchedulerActor:
         loop's next receive."""
         sock, core = self.sock, self.core
         limit = self.settings.max_message_bytes
+        curve = self.gate is not None
         for left in range(self.batch_limit - 1, -1, -1):
             # A ROUTER hands over a message whole: no wait here. Frames (copy=False) say whether
             # more follow without a getsockopt, whose option lookup costs more than the receive.
             frame = recv_frame(sock, 0, False)
+            # With CURVE, the key ZAP authenticated the sender's connection with (its User-Id):
+            # whose jobs it may act for (runtime/ownership.py).
+            curve_key = _user_id(frame) if curve else None
             frames = [frame.buffer]
             while frame.more:
                 frame = recv_frame(sock, 0, False)
@@ -150,7 +165,7 @@ class SchedulerActor:
                 log.warning("refused a message from %r: %s", peer[:40], exc.message)
                 self._send([peer, *wire.encode(exc.reply())])
             else:
-                core.handle(peer, msg, now)
+                core.handle(peer, msg, now, curve_key)
             if not left or not batch or not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
                 return
             peer = recv_frame(sock, NOBLOCK)

@@ -31,6 +31,10 @@ Invariants:
   (`results_refused`), and acknowledged so the worker does not send it again.
 - With a join secret (the scheduler process always has one), a worker, node or reasoner
   registers only with the credential derived from it (runtime/auth.py); clients need none.
+- A job's requests (its candidates, cancel, subscription, status, resync) are taken from its
+  owner, its reasoner and the admin only (runtime/ownership.py); anyone else gets ErrorReply
+  "not_owner" and the job is left as it was. With CURVE, every message's key must be the one its
+  peer registered with. Stats show other clients' job and candidate ids to the admin only.
 """
 from __future__ import annotations
 
@@ -49,7 +53,8 @@ from specgen.messages import (
 from specgen.runtime.assignment import AssignmentPolicy
 from specgen.runtime.job_book import JobBook, JobState, Key
 from specgen.runtime.journal import Journal
-from specgen.runtime.priority import POOLS
+from specgen.runtime.ownership import may_act_for
+from specgen.runtime.priority import POOLS, QueuedRequest
 from specgen.runtime.settings import RuntimeSettings
 from specgen.runtime.worker_registry import ROLES, Peer, WorkerRegistry, WorkerState
 
@@ -120,14 +125,17 @@ class SchedulerCore(WorkerRegistry, JobBook, AssignmentPolicy):
         }
 
     # -- entry points -----------------------------------------------------------------------
-    def handle(self, peer: bytes, msg: _Wire, now: float) -> None:
+    def handle(self, peer: bytes, msg: _Wire, now: float, curve_key: str | None = None) -> None:
+        """`curve_key`: the sender's CURVE public key, read from the message (None: CURVE is off)."""
         self.usage.advance(now)
         if type(msg) is Hello:
-            self.on_hello(peer, msg, now)
+            self.on_hello(peer, msg, now, curve_key)
             return
         known = self.peers.get(peer)
         ref = getattr(msg, "call_id", 0)
-        if known is None:
+        if known is None or known.curve_key != curve_key:
+            # A different key behind a known routing id is another connection that took the id
+            # over: it is not that peer, and registers as itself first.
             self.reply(peer, ErrorReply(
                 code="unregistered", ref=ref,
                 message="unknown peer (new or restarted scheduler, or timed out): send Hello first"))
@@ -156,10 +164,24 @@ class SchedulerCore(WorkerRegistry, JobBook, AssignmentPolicy):
         self.reply(peer, Pong(call_id=msg.call_id, payload=msg.payload))
 
     def on_get_stats(self, peer: bytes, msg: GetStats, now: float) -> None:
-        self.reply(peer, StatsReply(call_id=msg.call_id, stats=self.stats(now)))
+        self.reply(peer, StatsReply(call_id=msg.call_id, stats=self.stats(now, self.peers[peer])))
 
-    def stats(self, now: float) -> SchedulerStats:
+    def _shows(self, viewer: Peer | None, req: QueuedRequest) -> bool:
+        """Whether the stats for `viewer` (None: the scheduler's own, e.g. its metrics) may name
+        this request's job and candidate."""
+        if viewer is None or viewer.admin:
+            return True
+        if req.direct:
+            caller = self.peers.get(req.reply_to) if req.reply_to is not None else None
+            return caller is not None and caller.owner == viewer.owner
+        job = self.jobs.get(req.key[0])
+        return job is not None and may_act_for(viewer, job.spec.job_id, job.owner)
+
+    def stats(self, now: float, viewer: Peer | None = None) -> SchedulerStats:
+        """Everything, for `viewer` None (the scheduler's own use) or the admin; for any other
+        peer, other clients' job and candidate ids and the workers' error texts are left out."""
         self.usage.advance(now)
+        restricted = viewer is not None and not viewer.admin
         queued = self._queued()
         running = {p: 0 for p in POOLS}
         for req in self.running.values():
@@ -182,10 +204,15 @@ class SchedulerCore(WorkerRegistry, JobBook, AssignmentPolicy):
                 busy_stage=w.busy.stage if w.busy else "",
                 busy_for_s=(now - w.busy_since) if w.busy else 0.0, completed=w.completed,
                 pending_pool=w.pending_pool or "", pid=w.pid, host=w.host, sandbox=w.sandbox,
-                busy_candidate=f"{w.busy.key[0]}/{w.busy.key[1]}" if w.busy else "")
+                busy_candidate=f"{w.busy.key[0]}/{w.busy.key[1]}"
+                if w.busy and self._shows(viewer, w.busy) else "")
                 for w in self.workers.values()],
             nodes=sorted(p.name for p in self.peers.values() if p.role == "node"),
-            node_health={p.name: p.health for p in self.peers.values() if p.role == "node" and p.health},
+            # A worker's error is the tail of its log, which can quote a candidate's output.
+            node_health={p.name: ({name: {k: v for k, v in h.items() if k != "error"}
+                                   if isinstance(h, dict) else h for name, h in p.health.items()}
+                                  if restricted else p.health)
+                         for p in self.peers.values() if p.role == "node" and p.health},
             jobs_running=sum(1 for j in self.jobs.values() if j.state == "running"),
             jobs_by_state={**({"running": n} if (n := sum(1 for j in self.jobs.values()
                                                           if j.state == "running")) else {}),
@@ -201,4 +228,8 @@ class SchedulerCore(WorkerRegistry, JobBook, AssignmentPolicy):
             busy_while_waiting=self.usage.busy_share_while_waiting(),
             waiting_s=self.usage.waiting_time,
             kv_control_endpoint=self.kv_endpoint, kv_pools=self.kv.views(now),
+            jobs=sorted(job_id for job_id, j in self.jobs.items() if j.state == "running"
+                        and (viewer is None or may_act_for(viewer, job_id, j.owner))),
+            restricted=restricted,
+            requests_not_owner=self.counters["requests_not_owner"],
         )

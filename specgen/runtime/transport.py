@@ -27,9 +27,9 @@ import itertools
 import logging
 import math
 import os
+import secrets
 import threading
 import time
-import uuid
 from typing import Any, Callable
 
 import zmq
@@ -224,12 +224,18 @@ class PeerConnection:
         heartbeat_fields: Callable[[], dict[str, Any]] | None = None,
         on_reconnect: Callable[[], None] | None = None,
         ctx: zmq.Context | None = None,
+        credential: str | None = None,
     ) -> None:
+        """`credential`: what its Hello presents (None: what `auth.present_credential` set for
+        this role and name)."""
         self.address = address
         self.role = role
         self.name = name
         self.settings = settings
-        self.identity = f"{role}/{name}/{uuid.uuid4().hex[:8]}".encode()
+        # Unguessable: without CURVE, a connection that took this routing id over would be taken
+        # for this peer (ROUTER_HANDOVER) until it says Hello.
+        self.identity = f"{role}/{name}/{secrets.token_hex(8)}".encode()
+        self._credential = credential
         self._on_message = on_message
         self._hello_fields = hello_fields or (lambda: {})
         self._heartbeat_fields = heartbeat_fields or (lambda: {})
@@ -614,8 +620,9 @@ class PeerConnection:
             # (candidate updates, job events) did not reach us: pick the streams up again.
             self._rejoining = True
         self._last_hello = time.monotonic()
-        self.send(Hello(role=self.role, name=self.name, pid=os.getpid(),
-                        credential=presented_credential(self.role, self.name), **self._hello_fields()))
+        credential = self._credential if self._credential is not None else presented_credential(self.role, self.name)
+        self.send(Hello(role=self.role, name=self.name, pid=os.getpid(), credential=credential,
+                        **self._hello_fields()))
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + self.settings.heartbeat_interval_s

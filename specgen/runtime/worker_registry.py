@@ -20,7 +20,8 @@ from specgen.messages import (
     PROTOCOL_VERSION, CancelWork, CandidateSubmission, CandidateUpdate, DeadNotice, ErrorReply, Goodbye,
     Heartbeat, HeartbeatAck, Hello, Verdict, Welcome, WorkDone, WorkerExited,
 )
-from specgen.runtime.auth import AUTHENTICATED_ROLES, check_credential
+from specgen.runtime.auth import ADMIN_ROLE, AUTHENTICATED_ROLES, check_credential
+from specgen.runtime.ownership import MIN_TOKEN_CHARS, identity_of
 from specgen.runtime.priority import POOLS, QueuedRequest
 
 log = logging.getLogger("specgen.runtime.scheduler_core")   # one logger for the whole core
@@ -38,6 +39,9 @@ class Peer:
     name: str
     last_seen: float
     health: dict = field(default_factory=dict)
+    owner: str = ""                  # the identity its jobs belong to (runtime/ownership.py)
+    curve_key: str | None = None     # the CURVE key it registered with (None: CURVE is off)
+    admin: bool = False              # a client that presented the admin credential
 
 
 @dataclass(slots=True)
@@ -136,7 +140,8 @@ class WorkerRegistry:
             self._peer_lost(peer.id, f"silent for more than {timeout:g} s (setting peer_timeout_s)", now)
 
     # -- peers ------------------------------------------------------------------------------
-    def on_hello(self, peer: bytes, msg: Hello, now: float) -> None:
+    def on_hello(self, peer: bytes, msg: Hello, now: float, curve_key: str | None = None) -> None:
+        """`curve_key`: the sender's CURVE public key as ZAP authenticated it (None: CURVE is off)."""
         if msg.protocol_version != PROTOCOL_VERSION:
             self.reply(peer, ErrorReply(code="version", message=(
                 f"protocol version {msg.protocol_version} is not supported (scheduler speaks "
@@ -153,10 +158,19 @@ class WorkerRegistry:
         if msg.role == "reasoner" and msg.name not in self.jobs:
             self.reply(peer, ErrorReply(code="unknown_job", message=f"no running job {msg.name!r}"))
             return
+        if msg.client_token and len(msg.client_token) < MIN_TOKEN_CHARS:
+            self.reply(peer, ErrorReply(code="bad_request", message=(
+                f"Hello.client_token has {len(msg.client_token)} characters: a token names the owner "
+                f"of jobs, so it needs {MIN_TOKEN_CHARS} or more random ones (secrets.token_hex(16))")))
+            return
+        owner = identity_of(curve_key, msg.client_token, peer)
+        admin = msg.role == "client" and self._is_admin(peer, msg, now)
         known = self.peers.get(peer)
-        if known is not None and (known.role, known.name) != (msg.role, msg.name):
+        if known is not None and ((known.role, known.name, known.owner, known.admin)
+                                  != (msg.role, msg.name, owner, admin)):
             # The same connection registering as someone else: it starts over as that one
-            # (a client's connection never keeps a client's registration while acting as a worker).
+            # (a client's connection never keeps a client's registration while acting as a
+            # worker, nor the jobs' subscriptions of another identity).
             self._peer_lost(peer, f"registered again as {msg.role} {msg.name}", now)
             known = None
         if known is None:
@@ -164,7 +178,8 @@ class WorkerRegistry:
             if msg.role == "worker":
                 for other in [w for w in self.workers.values() if w.name == msg.name]:
                     self._peer_lost(other.peer, "replaced by a new process of the same name", now)
-            known = Peer(id=peer, role=msg.role, name=msg.name, last_seen=now)
+            known = Peer(id=peer, role=msg.role, name=msg.name, last_seen=now, owner=owner,
+                         curve_key=curve_key, admin=admin)
             self.peers[peer] = known
             log.info("%s %s joined", msg.role, msg.name)
         self._touch(known, now)
@@ -182,7 +197,26 @@ class WorkerRegistry:
             heartbeat_interval_s=self.settings.heartbeat_interval_s,
             peer_timeout_s=self.settings.peer_timeout_s,
             max_message_bytes=self.settings.max_message_bytes,
+            admin=admin,
         ))
+
+    def _is_admin(self, peer: bytes, msg: Hello, now: float) -> bool:
+        """A client's Hello with the admin credential of its name. A wrong one does not refuse the
+        client (anyone may be a plain client): Welcome.admin tells it, and the warning is logged."""
+        if not msg.credential:
+            return False
+        if self.join_secret is None:   # a core driven by tests: credentials are not checked
+            return True
+        if check_credential(self.join_secret, ADMIN_ROLE, msg.name, "", msg.credential):
+            return True
+        last = self._refusals_logged.get(msg.name)
+        if last is None or now - last > 60.0:
+            if len(self._refusals_logged) > 1000:
+                self._refusals_logged.clear()
+            self._refusals_logged[msg.name] = now
+            log.warning("client %r (peer %r) presented a wrong admin credential: registered as a "
+                        "plain client", msg.name, peer[:40])
+        return False
 
     def _refuse_hello(self, peer: bytes, msg: Hello, now: float) -> None:
         self.counters["hellos_refused"] += 1

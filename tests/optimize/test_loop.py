@@ -381,3 +381,19 @@ def test_events_tell_the_story(eval_workers, mode: str) -> None:
     assert all(e.job_id == result.job_id and e.progress is not None for e in events)
     assert events[-1].progress.best_speedup == pytest.approx(result.best_speedup)
     assert ("fork_started" in kinds) == (mode == "specgen")
+
+
+def test_candidate_ids_read_in_order_and_cannot_be_guessed() -> None:
+    """Ids are an ordinal and 64 random bits (runtime/ids.py): two runs of the same job share none."""
+    import re
+
+    runs = []
+    for _ in range(2):
+        engine = forking_trace(SLOW_KERNEL, iterations=1)
+        backend = HeldBackend(speculative_delay_s=0.0)
+        result = run(asyncio.wait_for(run_job(forking_spec(max_iterations=1), engine, backend), 60))
+        runs.append([c.candidate_id for c in result.candidates])
+    for ids in runs:
+        assert len(ids) >= 2 and all(re.fullmatch(r"c\d{3}-[0-9a-f]{16}", i) for i in ids), ids
+        assert [i[:4] for i in ids] == [f"c{n:03d}" for n in range(len(ids))]
+    assert not {i[5:] for i in runs[0]} & {i[5:] for i in runs[1]}

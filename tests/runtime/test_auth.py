@@ -80,3 +80,15 @@ def test_curve_keys_can_leave_the_environment(monkeypatch: pytest.MonkeyPatch, t
         monkeypatch.setenv(key, value)
     assert client_keys_from_env(pop=True) == keys
     assert client_keys_from_env() is None and not any("CURVE" in k for k in os.environ)
+
+
+def test_the_admin_credential_is_a_name_of_its_own_role() -> None:
+    from specgen.runtime.auth import admin_credential, check_credential, new_client_token, new_join_secret, peer_credential
+
+    secret = new_join_secret()
+    cred = admin_credential(secret, "ops")
+    assert check_credential(secret, "admin", "ops", "", cred)
+    assert not check_credential(secret, "admin", "ops2", "", cred)
+    assert cred not in (peer_credential(secret, role, "ops") for role in ("worker", "node", "reasoner"))
+    tokens = {new_client_token() for _ in range(3)}
+    assert len(tokens) == 3 and all(len(t) == 32 for t in tokens)

@@ -45,9 +45,13 @@ def test_job_streams_events_and_returns_its_best_candidate(cluster: LocalCluster
     result = job.result(timeout=10)
     assert result.status == "succeeded" and result.best_candidate_id == "good"
     assert result.best_verdict is not None and result.best_verdict.correct
-    # Someone else can follow the finished job: the whole history comes from the journal.
+    # Another client may not follow the job (it is its owner's); the cluster's admin may, on a
+    # connection of its own, and gets the whole history from the journal.
     with Client(cluster.address, settings=cluster.settings) as other:
-        again = [e.kind for e in other.job(job.job_id).events(timeout=10)]
+        with pytest.raises(RemoteError, match="not_owner"):
+            other.job(job.job_id)
+    with Client(cluster.address, settings=cluster.settings, join_secret=cluster.join_secret) as admin:
+        again = [e.kind for e in admin.job(job.job_id).events(timeout=10)]
     assert again == kinds
 
 
@@ -104,7 +108,7 @@ def test_bad_problem_input_is_refused_with_a_clear_message(cluster: LocalCluster
         cluster.client.submit(tmp_path / "missing.py")
     with pytest.raises(UsageError, match="KernelBench-format"):
         cluster.client.submit("print('hello')")
-    # Any client can create jobs, so a job runs only an entry the scheduler's settings allow.
+    # Any client can create jobs (of its own), so a job runs only an entry the scheduler's settings allow.
     with pytest.raises(RemoteError, match="not one this scheduler runs.*job_entries"):
         cluster.client.submit("class Model:\n    pass\n", entry="os:system")
 

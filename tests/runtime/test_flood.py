@@ -33,7 +33,7 @@ class Recorder:
     def __init__(self) -> None:
         self.handled: list[tuple[bytes, object]] = []
 
-    def handle(self, peer: bytes, msg: object, now: float) -> None:
+    def handle(self, peer: bytes, msg: object, now: float, curve_key: str | None = None) -> None:
         self.handled.append((peer, ("ok", msg.call_id)))  # type: ignore[attr-defined]
 
 

@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import msgspec
+
 from specgen.messages import CandidateSubmission, CandidateUpdate, JobEvent, JobResult, JobSpec, Verdict
 from specgen.runtime.journal import Journal
 
@@ -35,3 +37,24 @@ def test_journal_survives_reopening_and_ignores_duplicates(tmp_path: Path) -> No
     assert j2.job("J").result.status == "succeeded"
     assert j2.counts("J") == (1, 1)
     assert j2.job("nope") is None
+
+
+def test_a_jobs_owner_is_kept_and_an_older_journal_gets_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)     # the jobs table as journals had it before owners were kept
+    old.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state TEXT NOT NULL, "
+                "has_reasoner INTEGER NOT NULL, attempts INTEGER NOT NULL, result BLOB)")
+    old.execute("INSERT INTO jobs VALUES ('OLD', ?, 'running', 1, 1, NULL)",
+                (msgspec.msgpack.encode(JobSpec(job_id="OLD")),))
+    old.commit()
+    old.close()
+    j = Journal(path)
+    assert j.job("OLD").owner == ""                  # nobody's: only its reasoner and the admin
+    j.put_job(JobSpec(job_id="NEW"), "running", False, 0, owner="key:abc")
+    j.commit()
+    j.close()
+    j2 = Journal(path)
+    assert j2.job("NEW").owner == "key:abc"
+    assert {r.spec.job_id: r.owner for r in j2.unfinished_jobs()} == {"OLD": "", "NEW": "key:abc"}

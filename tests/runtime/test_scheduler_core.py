@@ -1,14 +1,16 @@
 """The scheduler's logic without sockets: peers are byte ids, the clock is the test's."""
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from specgen.messages import (
     Ack, AssignWork, CancelJob, CancelWork, CandidateSubmission, CandidateUpdate,
-    CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob,
-    Heartbeat, HeartbeatAck, Hello, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
+    CandidateUpdateNotice, CreateJob, ErrorReply, EvaluateReply, EvaluateRequest, GetJob, GetStats,
+    Heartbeat, HeartbeatAck, Hello, JobCreated, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
     ResyncUpdates, SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
 )
+from specgen.runtime.auth import peer_credential
 from specgen.runtime.journal import Journal
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import RuntimeSettings
@@ -728,3 +730,215 @@ def test_after_a_restart_kept_results_listed_in_the_hello_count_and_others_are_r
             assign = AssignWork(request_id=st.busy.request_id, stage="validate", submission=st.busy.submission)
             assert [u.candidate_id for u in updates(h2.finish(peer, assign))] == ["c2"]
     assert h2.core.job_status("j1").updates == 2
+
+
+# -- whose a job is -------------------------------------------------------------------------------
+
+VICTIM, ATTACKER, ADMIN = b"client/victim/1", b"client/attacker/1", b"client/admin/1"
+TOKENS = {VICTIM: "v" * 32, ATTACKER: "a" * 32}
+
+
+def _owners(h: Harness) -> Harness:
+    """Two plain clients with tokens of their own, and the admin (the core's join secret is SECRET)."""
+    from specgen.runtime.auth import admin_credential
+
+    h.core.join_secret = SECRET
+    for peer, token in TOKENS.items():
+        [(_, w)] = h.hello(peer, "client", peer.decode(), client_token=token)
+        assert isinstance(w, Welcome) and not w.admin
+    [(_, w)] = h.hello(ADMIN, "client", "admin", credential=admin_credential(SECRET, "admin"))
+    assert isinstance(w, Welcome) and w.admin
+    return h
+
+
+def _worker(h: Harness, name: str = "n1/cpu0") -> bytes:
+    peer = f"worker/{name}/x".encode()
+    assert any(isinstance(m, Welcome) for _, m in h.send(peer, _worker_hello(name)))
+    return peer
+
+
+def _refusal(out: list, peer: bytes) -> ErrorReply:
+    [(to, err)] = out
+    assert to == peer and isinstance(err, ErrorReply), out
+    return err
+
+
+def test_a_job_takes_candidates_cancels_and_reads_from_its_owner_only() -> None:
+    """The red team's attack, on the core: another client names the victim's job (ids leak through
+    logs, screens, anything) and submits the candidate id the victim submits next, cancels the
+    job, follows it, reads it, resyncs it. Each is refused as not_owner and changes nothing."""
+    h = _owners(Harness())
+    w = _worker(h)
+    [a] = assigns(h.submit("c000", job="J", peer=VICTIM, profile=False))
+    before = (h.core.jobs["J"].submitter, set(h.core.jobs["J"].subscribers), dict(h.core.jobs["J"].candidates))
+    attacks = [
+        (SubmitCandidate(call_id=h.call_id(), submission=CandidateSubmission(
+            job_id="J", candidate_id="c001", problem_name="p", problem_source=PROBLEM,
+            candidate_source="the attacker's")), "submit candidates to"),
+        (CancelJob(call_id=h.call_id(), job_id="J"), "cancel"),
+        (SubscribeJob(call_id=h.call_id(), job_id="J"), "follow"),
+        (GetJob(call_id=h.call_id(), job_id="J"), "read"),
+        (ResyncUpdates(call_id=h.call_id(), job_ids=["J"]), "resync the updates of"),
+    ]
+    for msg, action in attacks:
+        err = _refusal(h.send(ATTACKER, msg), ATTACKER)
+        assert err.code == "not_owner" and err.ref == msg.call_id
+        assert "'J'" in err.message and f"may {action} it" in err.message and "CURVE key" in err.message
+    job = h.core.jobs["J"]
+    assert (job.submitter, job.subscribers, job.candidates) == before and job.state == "running"
+    assert h.core.stats(h.now).requests_not_owner == len(attacks)
+    # The victim's candidate id c001 is still free, and its verdict is its own.
+    [ack] = [m for _, m in h.submit("c001", job="J", peer=VICTIM, profile=False) if isinstance(m, SubmitAck)]
+    assert ack.accepted and not ack.duplicate
+    assert job.candidates["c001"].candidate_source == "x"
+    out = h.finish(w, a)
+    assert [(p, u.candidate_id) for p, u in ((p, m.update) for p, m in out
+                                             if isinstance(m, CandidateUpdateNotice))] == [(VICTIM, "c000")]
+
+
+def test_an_id_another_client_holds_cannot_be_created_and_an_ended_job_stays_closed() -> None:
+    h = _owners(Harness())
+    h.send(VICTIM, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
+    assert h.core.jobs["J"].owner == h.core.peers[VICTIM].owner
+    again = CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J"))
+    [(_, created)] = h.send(VICTIM, again)                  # idempotent for its owner
+    assert created.job_id == "J"
+    assert _refusal(h.send(ATTACKER, CreateJob(call_id=h.call_id(), spec=JobSpec(
+        problem_source=PROBLEM, job_id="J"))), ATTACKER).code == "not_owner"
+    reasoner = b"reasoner/J/x"
+    h.send(reasoner, Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "J")))
+    h.send(reasoner, ReportJobResult(call_id=h.call_id(), result=JobResult(job_id="J", status="succeeded")))
+    # Ended: the owner learns it from the journal, the attacker learns nothing.
+    [ack] = [m for _, m in h.submit("c9", job="J", peer=VICTIM) if isinstance(m, SubmitAck)]
+    assert not ack.accepted and "ended" in ack.reason
+    assert _refusal(h.submit("c9", job="J", peer=ATTACKER), ATTACKER).code == "not_owner"
+    assert _refusal(h.send(ATTACKER, GetJob(call_id=h.call_id(), job_id="J")), ATTACKER).code == "not_owner"
+    assert _refusal(h.send(ATTACKER, CancelJob(call_id=h.call_id(), job_id="J")), ATTACKER).code == "not_owner"
+
+
+def test_a_reasoner_acts_for_its_own_job_only_and_the_admin_for_every_job() -> None:
+    h = _owners(Harness())
+    h.send(VICTIM, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
+    h.send(ATTACKER, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="K")))
+    reasoner = b"reasoner/J/x"
+    h.send(reasoner, Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "J")))
+    w = _worker(h)
+    [a] = assigns(h.submit("c1", job="J", peer=reasoner, profile=False))
+    [(_, st)] = h.send(reasoner, GetJob(call_id=h.call_id(), job_id="J"))
+    assert isinstance(st, JobStatusReply) and st.status.candidates == 1
+    assert [u.candidate_id for u in updates(h.finish(w, a))] == ["c1"]   # to the reasoner
+    for msg in (SubmitCandidate(call_id=h.call_id(), submission=CandidateSubmission(
+                    job_id="K", candidate_id="c1", problem_name="p", problem_source=PROBLEM,
+                    candidate_source="x")),
+                CancelJob(call_id=h.call_id(), job_id="K"), GetJob(call_id=h.call_id(), job_id="K")):
+        assert _refusal(h.send(reasoner, msg), reasoner).code == "not_owner"
+    # Nor may it open a job of an id it makes up.
+    assert _refusal(h.submit("c1", job="new", peer=reasoner), reasoner).code == "not_owner"
+    assert "new" not in h.core.jobs
+    # The admin reads, follows and cancels any job.
+    [(_, st)] = h.send(ADMIN, GetJob(call_id=h.call_id(), job_id="K"))
+    assert isinstance(st, JobStatusReply)
+    out = h.send(ADMIN, CancelJob(call_id=h.call_id(), job_id="K"))
+    assert isinstance(out[-1][1], Ack) and h.core.job_status("K").result.status == "cancelled"
+
+
+def test_stats_name_other_clients_jobs_and_candidates_to_the_admin_only() -> None:
+    h = _owners(Harness())
+    h.core.peers[b"node/n1"] = h.core.peers[ADMIN].__class__(
+        id=b"node/n1", role="node", name="n1", last_seen=h.now,
+        health={"n1/cpu0": {"state": "ready", "restarts": 1, "error": "Traceback: candidate c000 of J"}})
+    w = _worker(h)
+    assigns(h.submit("c000", job="J", peer=VICTIM, profile=False))
+    assert h.core.workers[w].busy is not None
+
+    def stats(peer: bytes):
+        [(_, reply)] = h.send(peer, GetStats(call_id=h.call_id()))
+        return reply.stats
+
+    mine, theirs, full = stats(VICTIM), stats(ATTACKER), stats(ADMIN)
+    assert [w.busy_candidate for w in mine.workers] == ["J/c000"] and mine.jobs == ["J"] and mine.restricted
+    assert [w.busy_candidate for w in full.workers] == ["J/c000"] and full.jobs == ["J"] and not full.restricted
+    assert full.node_health["n1"]["n1/cpu0"]["error"].endswith("of J")
+    # The attacker sees that a worker is busy and how much runs, never on what.
+    assert [w.busy_stage for w in theirs.workers] == ["validate"] and theirs.validate.running == 1
+    assert theirs.restricted and theirs.jobs == [] and theirs.jobs_running == 1
+    text = msgspec.json.encode(theirs).decode()
+    assert '"J' not in text and "c000" not in text
+    assert theirs.node_health["n1"]["n1/cpu0"] == {"state": "ready", "restarts": 1}
+
+
+def test_ownership_survives_a_restart_through_the_journal(tmp_path) -> None:
+    """Jobs are journaled with their owner: a client that comes back with the same token (or key)
+    after a scheduler restart acts for its jobs again; a new token does not."""
+    path = tmp_path / "journal.sqlite3"
+    h = _owners(Harness(Journal(path)))
+    h.submit("c1", job="J", peer=VICTIM, profile=False)
+    h.journal.close()
+
+    h2 = Harness(Journal(path))
+    h2.core.join_secret = SECRET
+    again = b"client/victim/2"                          # a new connection, the same token
+    h2.hello(again, "client", "victim", client_token=TOKENS[VICTIM])
+    h2.hello(ATTACKER, "client", "attacker", client_token=TOKENS[ATTACKER])
+    stranger = b"client/victim/3"                       # a new connection, a new token
+    h2.hello(stranger, "client", "victim", client_token="s" * 32)
+    [(_, st)] = h2.send(again, GetJob(call_id=h2.call_id(), job_id="J"))
+    assert isinstance(st, JobStatusReply) and st.status.candidates == 1
+    for peer in (ATTACKER, stranger):
+        assert _refusal(h2.send(peer, GetJob(call_id=h2.call_id(), job_id="J")), peer).code == "not_owner"
+        assert _refusal(h2.submit("c2", job="J", peer=peer), peer).code == "not_owner"
+    # The same with CURVE: the key is the identity, whatever the token.
+    h3 = Harness(Journal(tmp_path / "curve.sqlite3"))
+    h3.core.handle(VICTIM, Hello(role="client", name="v", client_token="v" * 32), h3.now, "KEY-V")
+    h3.core.handle(VICTIM, SubmitCandidate(call_id=1, submission=CandidateSubmission(
+        job_id="J", candidate_id="c1", problem_name="p", problem_source=PROBLEM, candidate_source="x")),
+        h3.now, "KEY-V")
+    h3.journal.close()
+    h4 = Harness(Journal(tmp_path / "curve.sqlite3"))
+    h4.core.handle(b"client/v/new", Hello(role="client", name="v", client_token="n" * 32), h4.now, "KEY-V")
+    h4.core.handle(b"client/v/new", GetJob(call_id=2, job_id="J"), h4.now, "KEY-V")
+    [(_, welcome), (_, st)] = h4.core.outbox
+    assert isinstance(st, JobStatusReply), st
+
+
+def test_with_curve_a_connection_that_took_over_a_routing_id_is_not_that_peer() -> None:
+    """ROUTER_HANDOVER gives a routing id to whichever connection presents it last. With CURVE
+    each message's key is checked against the key its peer registered with: another key behind
+    the victim's routing id must say Hello, and is then itself, with no right to the victim's job."""
+    h = Harness()
+    victim = b"client/victim/1"
+    h.core.handle(victim, Hello(role="client", name="v"), h.now, "KEY-V")
+    h.core.handle(victim, SubmitCandidate(call_id=1, submission=CandidateSubmission(
+        job_id="J", candidate_id="c1", problem_name="p", problem_source=PROBLEM, candidate_source="x")),
+        h.now, "KEY-V")
+    h.core.outbox.clear()
+    h.core.handle(victim, GetJob(call_id=2, job_id="J"), h.now, "KEY-A")
+    [(_, err)] = h.core.outbox
+    assert err.code == "unregistered" and err.ref == 2
+    h.core.outbox.clear()
+    h.core.handle(victim, Hello(role="client", name="v"), h.now, "KEY-A")
+    h.core.handle(victim, GetJob(call_id=3, job_id="J"), h.now, "KEY-A")
+    [(_, welcome), (_, err)] = h.core.outbox
+    assert isinstance(welcome, Welcome) and err.code == "not_owner"
+    assert h.core.jobs["J"].submitter is None and not h.core.jobs["J"].subscribers
+
+
+def test_job_ids_the_scheduler_assigns_are_unguessable() -> None:
+    import re
+
+    h = _owners(Harness())
+    ids = []
+    for _ in range(2):
+        out = h.send(VICTIM, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM)))
+        ids += [m.job_id for _, m in out if isinstance(m, JobCreated)]
+    assert all(re.fullmatch(r"job-[0-9a-f]{16}", i) for i in ids), ids
+    first, second = (i.removeprefix("job-") for i in ids)
+    # 64 random bits each: not one after the other, and sharing no prefix to count on.
+    assert first != second and int(first, 16) - int(second, 16) not in (-1, 1)
+    assert sum(a == b for a, b in zip(first, second)) < 8
+
+
+def test_a_client_token_too_short_to_be_secret_is_refused() -> None:
+    h = Harness()
+    [(_, err)] = h.hello(VICTIM, "client", "v", client_token="abc")
+    assert err.code == "bad_request" and "client_token" in err.message and "32" in err.message
