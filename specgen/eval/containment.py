@@ -224,8 +224,10 @@ class RunGroup:
             elif self.containment.kind == V1:
                 for line in _read(self.paths[0] / "memory.oom_control").splitlines():
                     key, _, value = line.partition(" ")
-                    if key == "oom_kill" and int(value) > 0:
-                        return True
+                    if key == "oom_kill":
+                        return int(value) > 0
+                # Kernels before 4.13 do not count kills: hitting the limit is the sign then
+                # (it also counts page cache the kernel reclaimed, so it is the fallback only).
                 return int(_read(self.paths[0] / "memory.failcnt")) > 0 and \
                     self.limit_bytes is not None
         except (OSError, ValueError):

@@ -308,13 +308,17 @@ class Runner:
                 self.exit_status = received.message.status
                 self.dead = True
                 received = None
-            if self.dead:
-                oom = self.group is not None and self.group.oom_killed()
+            # A process of the tree killed for memory fails the run even when the runner itself
+            # survived (a forked child holding the memory is the one the kernel picks).
+            oom = (self.dead or received is not None) and self.group is not None \
+                and self.group.oom_killed()
+            if oom:
                 self.kill()
-                if oom:
-                    return None, (f"memory limit exceeded: the run's processes together reached "
-                                  f"the limit of {self.memory_limit_mb} MiB on top of what the "
-                                  f"runner held when ready ({limit_setting})")
+                return None, (f"memory limit exceeded: the run's processes together reached "
+                              f"the limit of {self.memory_limit_mb} MiB on top of what the "
+                              f"runner held when ready ({limit_setting})")
+            if self.dead:
+                self.kill()
                 return None, (f"the {self.role} runner died ({describe_status(self.exit_status)}); "
                               f"log: {self.log_tail()}")
             if received is not None:

@@ -1,8 +1,8 @@
 """Hostile candidates against the sandbox: each checks its verdict, that its side effect did not
 happen outside the run, and that the worker still serves an honest candidate afterwards.
 
-The payloads are hidden from the static checks (hex-encoded `exec`), as an attacker would hide
-them: these tests are about what the sandbox stops once the code runs.
+The payloads are hidden (hex-encoded `exec`), as an attacker would hide them: these tests are
+about what the sandbox stops once the code runs.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specgen.eval import EvalOptions, EvalWorker, sandbox
+from specgen.eval import EvalOptions, EvalWorker, runner_process, sandbox
 from specgen.eval.redact import MAX_ERROR_CHARS, redact, register_secret
 from tests.eval.conftest import BUNDLED, submission
 
@@ -23,8 +23,9 @@ HONEST_SOFTMAX = (BUNDLED / "candidates" / "softmax_torch.py").read_text()
 SECRET = "s3cret-" + uuid.uuid4().hex
 HIDDEN = Path("/var/tmp") / f"specgen-test-keys-{uuid.uuid4().hex[:8]}"
 
-needs_namespaces = pytest.mark.skipif(sandbox.probe().kind != sandbox.NAMESPACES,
-                                      reason=f"no sandbox on this host: {sandbox.probe().detail}")
+_POSSIBLE = sandbox.namespaces_possible()
+needs_namespaces = pytest.mark.skipif(_POSSIBLE.kind != sandbox.NAMESPACES,
+                                      reason=f"no sandbox on this host: {_POSSIBLE.detail}")
 pytestmark = needs_namespaces
 
 
@@ -38,7 +39,8 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> EvalWorker:
     os.environ["SPECGEN_TEST_SECRET"] = SECRET          # a setting the runner must never see
     HIDDEN.mkdir(parents=True, exist_ok=True)
     (HIDDEN / "node.key").write_text(SECRET)
-    options = EvalOptions(timeout_s=60.0, timing_trials=4, warmup=1, scratch_mb=64,
+    options = EvalOptions(timeout_s=60.0, timing_trials=4, warmup=1, overhead_trials=5,
+                          scratch_mb=64, build_scratch_mb=64, memory_limit_mb=1024,
                           max_processes=256)
     worker = EvalWorker("cpu", tmp_path_factory.mktemp("sandboxed"), spare_processes=1,
                         options=options, hidden_paths=[HIDDEN])
@@ -228,13 +230,74 @@ def test_filling_its_temp_dir_stays_inside(worker: EvalWorker) -> None:
     still_serves(worker)
 
 
-def test_static_checks_run_before_any_code(worker: EvalWorker, tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-    tmp_path.chmod(0o777)
-    flagged = (f"import threading\nopen({str(marker)!r}, 'w').write('x')\n" + HONEST_SOFTMAX)
-    verdict = worker.run(submission("softmax", flagged), "validate")
-    assert not verdict.correct and any(f.startswith("thread:") for f in verdict.flags)
-    assert not marker.exists()
+def test_other_runs_and_the_checkout_are_not_in_its_view(worker: EvalWorker) -> None:
+    # A run folder beside the checkout, as `specgen optimize` writes one, with its secrets.
+    run = Path.cwd() / "specgen-runs" / f"job-{uuid.uuid4().hex[:8]}"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(SECRET)
+    (run / "journal.jsonl").write_text(SECRET)
+    try:
+        payload = ("import os\n"
+                   f"seen = {{p: os.path.exists(p) for p in ({str(run / 'result.json')!r}, "
+                   f"{str(Path.cwd() / 'README.md')!r}, {str(Path.cwd() / 'tests')!r}, "
+                   f"{str(worker.work_dir / 'logs')!r})}}\n"
+                   f"seen['work'] = sorted(os.listdir({str(worker.work_dir)!r}))\n"
+                   f"seen['runs'] = os.path.exists({str(Path.cwd() / 'specgen-runs')!r})\n"
+                   "raise RuntimeError('view %r' % seen)\n")
+        verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    finally:
+        for path in run.iterdir():
+            path.unlink()
+        run.rmdir()
+    assert "view {" in (verdict.error or ""), verdict
+    assert "True" not in verdict.error and "'runs': False" in verdict.error, verdict.error
+    assert "'work': ['cache']" in verdict.error         # the worker's cache, read-only; no logs
+    assert SECRET not in verdict.error
+    still_serves(worker)
+
+
+def test_a_build_writes_only_into_its_capped_folder(worker: EvalWorker) -> None:
+    # The build runs the candidate's module: a module that fills the disk fills a 64 MiB tmpfs.
+    payload = ("import os\n"
+               "os.system('dd if=/dev/zero of=/tmp/fill bs=1M count=4096 2>/dev/null')\n"
+               "raise RuntimeError('built %d bytes' % os.path.getsize('/tmp/fill'))\n")
+    source = hostile(payload) + "\n# torch.utils.cpp_extension.load_inline is named: a build\n"
+    result = worker.build(source)
+    assert result.module_error is not None and "built " in result.module_error, result
+    written = int(result.module_error.split("built ", 1)[1].split(" bytes")[0])
+    assert written <= 64 * 2**20, written          # EvalOptions.build_scratch_mb
+    assert not os.path.exists("/tmp/fill")
+
+
+def test_children_count_against_the_memory_limit(worker: EvalWorker) -> None:
+    # Three forked children of 600 MiB each under a 1,024 MiB limit: the tree is over it.
+    payload = ("import os, time\n"
+               "pids = []\n"
+               "for _ in range(3):\n"
+               "    pid = os.fork()\n"
+               "    if pid == 0:\n"
+               "        block = bytearray(600 * 2**20)\n"
+               "        for i in range(0, len(block), 4096):\n"
+               "            block[i] = 1\n"
+               "        time.sleep(30)\n"
+               "        os._exit(0)\n"
+               "    pids.append(pid)\n"
+               "time.sleep(8)\n")
+    verdict = worker.run(submission("softmax", hostile(payload)), "validate")
+    assert not verdict.correct, verdict
+    assert "memory" in (verdict.error or ""), verdict
+    still_serves(worker)
+
+
+def test_threads_and_optional_imports_are_not_refused(worker: EvalWorker) -> None:
+    # No static refusals: a thread pool and a guarded optional import run and are judged.
+    source = ("import threading\n"
+              "try:\n"
+              "    import not_installed_module_xyz\n"
+              "except ImportError:\n"
+              "    not_installed_module_xyz = None\n" + HONEST_SOFTMAX)
+    verdict = worker.run(submission("softmax", source), "validate")
+    assert verdict.correct and verdict.flags == [], verdict
 
 
 def test_redact_bounds_and_scrubs() -> None:
@@ -245,7 +308,8 @@ def test_redact_bounds_and_scrubs() -> None:
 
 
 def test_refused_without_a_sandbox_unless_allowed(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(sandbox, "_probed", sandbox.SandboxStatus(sandbox.NONE, "no unshare"))
+    monkeypatch.setattr(runner_process, "probe",
+                        lambda template: sandbox.SandboxStatus(sandbox.NONE, "no unshare"))
     with EvalWorker("cpu", tmp_path / "a", spare_processes=0) as refusing:
         verdict = refusing.run(submission("softmax", HONEST_SOFTMAX), "validate")
         assert not verdict.correct and verdict.sandbox == "none"
@@ -256,12 +320,14 @@ def test_refused_without_a_sandbox_unless_allowed(tmp_path: Path, monkeypatch) -
         assert verdict.correct and verdict.sandbox == "none", verdict
 
 
-def test_a_gpu_worker_checks_that_cuda_starts_inside_the_sandbox() -> None:
+def test_a_gpu_worker_checks_that_cuda_starts_inside_the_sandbox(tmp_path: Path) -> None:
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("on a GPU host the answer is the host's: see tests/eval/test_gpu.py")
-    status = sandbox.probe_cuda("0")
-    # No driver here: the sandbox is declared unusable for GPU candidates, with the reason.
-    assert status.kind == sandbox.NONE
-    assert status.detail.startswith("CUDA does not start inside the sandbox")
+    # No driver here: the worker's probe (a real runner) declares the sandbox unusable for GPU
+    # candidates, with the reason, and refuses them.
+    with EvalWorker("cuda:0", tmp_path / "gpu", spare_processes=0) as gpu_worker:
+        assert gpu_worker.sandbox_status.kind == sandbox.NONE
+        assert "CUDA does not start inside the sandbox" in gpu_worker.sandbox_status.detail
+        assert gpu_worker.refuses_candidates
