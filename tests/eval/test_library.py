@@ -6,15 +6,16 @@ Layout (strict, so that a generator can pick candidates by problem, kind and lan
 * `candidates/<problem>_<lang>.py`: honest, `lang` one of torch, triton, cuda, cpp;
 * `candidates/<kind>/<problem>_<kind>.py`: `kind` one of wrong, slow, cheat (kept out of the
   folder above, whose every file is an honest candidate for the other suites);
-* every file starts with `# problem:`, `# kind:` and `# lang:` headers; a cheat also has
-  `# expect: <flag code>` or `# expect: error:<text>`, as in `redteam/`;
+* every file starts with `# problem:`, `# kind:` and `# lang:` headers; a cheat also has an
+  `# expect:` header, as in `redteam/` (tests/eval/expectations.py);
 * `index.json` lists the problems (with the kind named in each problem's docstring,
   `Kind: <kind>.`) and every candidate with its headers and path.
 
 On the CPU: `_torch` and `_triton` (interpreted, small sizes) candidates validate, every `_cpp`
 one validates and is profiled (stage "full": the speedup over eager PyTorch is reported), every
 `wrong` one is incorrect without a cheat flag, every `slow` one is correct and slower than the
-reference, every `cheat` one is rejected for its expected reason. `_cuda` candidates are only
+reference, every `cheat` one meets its `# expect:` header (a trick that cannot gain anything
+against the judge, such as a side stream the judge's digest waits for, is `honest-speed`). `_cuda` candidates are only
 loaded here; `test_honest_candidates_on_gpu` validates and times them (with the Triton and
 PyTorch ones, full sizes) on a GPU.
 """
@@ -31,8 +32,8 @@ from pathlib import Path
 import pytest
 
 from specgen.eval import FLAG_CODES, EvalOptions, EvalWorker, flag_code, load_candidate, load_problem
-from specgen.eval.guards.static import scan_source
 from tests.eval.conftest import BUNDLED, codes, header, submission
+from tests.eval.expectations import meets
 from tests.eval.test_problems import NAMES
 
 LIBRARY = BUNDLED / "candidates"
@@ -107,7 +108,7 @@ def test_candidate_headers_are_regular(path: Path) -> None:
     expect = header(path, "expect")
     if kind == "cheat":
         assert lines[3] == f"# expect: {expect}"
-        assert expect.startswith("error:") or expect in FLAG_CODES, expect
+        assert expect.startswith(("error:", "honest-speed ")) or expect in [*FLAG_CODES, "reject"]
     else:
         assert expect is None
 
@@ -186,20 +187,11 @@ def test_honest_torch_and_triton_validate(worker: EvalWorker, path: Path) -> Non
 
 
 @pytest.mark.parametrize("path", of("cheat"), ids=_id)
-def test_cheat_is_rejected_for_its_reason(worker: EvalWorker, path: Path) -> None:
+def test_cheat_meets_its_expectation(worker: EvalWorker, path: Path) -> None:
     expect = header(path, "expect")
-    stage = "full" if expect.startswith("error:after timing") else "validate"
-    verdict = evaluate(worker, path, stage)
-    assert not verdict.correct, why(verdict)
-    if expect.startswith("error:"):
-        assert verdict.error is not None and expect[len("error:"):] in verdict.error, why(verdict)
-        return
-    static = [flag_code(f) for f in scan_source(ast.parse(path.read_text()))]
-    if static:
-        # refused before any of its code ran, for exactly those flags
-        assert codes(verdict) == static and expect in static and not verdict.compiled, why(verdict)
-    else:
-        assert expect in codes(verdict), why(verdict)
+    verdict = evaluate(worker, path, "full" if expect.startswith("honest-speed") else "validate")
+    ok, why_not = meets(verdict, expect)
+    assert ok, f"{why_not}: {why(verdict)}"
 
 
 @pytest.mark.parametrize("path", of("wrong"), ids=_id)

@@ -1,7 +1,7 @@
 # problem: attention
 # kind: cheat
 # lang: torch
-# expect: same-output-buffer
+# expect: honest-speed 1.5
 """Writes every result into one preallocated output buffer per shape (kept in a module-level
 table) and returns that buffer: no allocation per call, and every earlier result the caller still
 holds is silently overwritten."""

@@ -1,7 +1,7 @@
 # problem: fused_elementwise
 # kind: cheat
 # lang: torch
-# expect: side-stream
+# expect: honest-speed 1.5
 """On a GPU, launches the fused work on a side stream and returns before it finishes, so the
 timer on the current stream sees almost nothing; on the CPU it runs plainly, but the source shows
 the side stream."""

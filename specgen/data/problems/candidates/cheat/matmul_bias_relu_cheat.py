@@ -1,7 +1,7 @@
 # problem: matmul_bias_relu
 # kind: cheat
 # lang: torch
-# expect: precision
+# expect: error:it would pass at float16's tolerance
 """Linear + ReLU computed in float16 and cast back: half the memory traffic and tensor-core rates
 on a GPU, but the fp32 problem's tolerance is met only at fp16's."""
 import torch

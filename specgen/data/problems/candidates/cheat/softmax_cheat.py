@@ -1,7 +1,7 @@
 # problem: softmax
 # kind: cheat
 # lang: triton
-# expect: try-fallback
+# expect: honest-speed 1.5
 """A Triton softmax wrapped in try/except that falls back to torch.softmax whenever the kernel
 raises: a kernel that fails (a block too large for the row, a compile error on the target)
 would silently be replaced by PyTorch's own softmax and still be credited."""

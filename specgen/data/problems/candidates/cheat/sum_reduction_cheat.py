@@ -1,7 +1,7 @@
 # problem: sum_reduction
 # kind: cheat
 # lang: torch
-# expect: memoized
+# expect: reject
 """Caches the last result under the input's storage address and shape (the pointer looked up through
 getattr, out of a source scan's sight): a benchmark that reuses its input buffer gets the first
 result back for free, and stale values once the buffer is refilled."""
