@@ -149,22 +149,33 @@ class Judge:
     def _ask(self, runner: Runner, message: Any, expect: type, fds: tuple[int, ...] = ()
              ) -> Any:
         """Send one request and return its reply, or stop: the verdict says why (and whose)."""
-        received, why = runner.request(message, self.deadline, "EvalOptions.timeout_s",
+        received, why = runner.request(message, self.deadline, self._timeout_setting(),
                                        self.cancelled, fds)
         if received is None:
-            if why == "cancelled":
-                self.verdict.error = "cancelled"
-            elif runner.role == "reference":
-                self.fail(f"the reference runner failed: {why}")
-            else:
-                self.fail(f"candidate {why}")
-            raise _Stop
+            self._no_reply(runner, why)
         if not isinstance(received.message, expect):
             runner.kill()
             self.fail(f"the {runner.role} runner answered {type(received.message).__name__} to "
                       f"{type(message).__name__}")
             raise _Stop
         return received
+
+    def _timeout_setting(self) -> str:
+        return f"EvalOptions.timeout_s = {self.options.timeout_s:g} s"
+
+    def _no_reply(self, runner: Runner, why: str | None, when: str = "") -> None:
+        """Stop for a request that got no reply: the verdict says why, and whose fault it was.
+        A runner killed by a cancel reads as cancelled, not as a death."""
+        if why == "cancelled" or self.cancelled():
+            self.verdict.error = "cancelled"
+        elif runner.role == "reference":
+            self.fail(f"the reference runner failed: {why}{when} (the reference, not the "
+                      "candidate)")
+        elif why is not None and why.startswith("the candidate runner"):
+            self.fail(f"{why}{when}")
+        else:
+            self.fail(f"candidate {why}{when}")
+        raise _Stop
 
     def _buffer(self, nbytes: int) -> int:
         if self._buffer_fd is None or nbytes > self._buffer_size:
@@ -430,16 +441,10 @@ class Judge:
     def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, float]:
         """One timed call: (reply, milliseconds from the request to the reply's timestamp)."""
         sent = runner.send(trial)
-        received, why = runner.receive(self.deadline, "EvalOptions.timeout_s", self.cancelled,
+        received, why = runner.receive(self.deadline, self._timeout_setting(), self.cancelled,
                                        kill_on_cancel=runner.role != "reference")
         if received is None:
-            if why == "cancelled":
-                self.verdict.error = "cancelled"
-            elif runner.role == "reference":
-                self.fail(f"the reference runner failed: {why}")
-            else:
-                self.fail(f"candidate {why} (while timed)")
-            raise _Stop
+            self._no_reply(runner, why, " (while timed)")
         if not isinstance(received.message, TrialDone):
             runner.kill()
             self.fail(f"the {runner.role} runner answered {type(received.message).__name__} "

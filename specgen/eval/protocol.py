@@ -199,6 +199,10 @@ class Channel:
                     stamp = seconds * 1_000_000_000 + nanos
                 elif kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
                     pid = _UCRED.unpack_from(payload)[0]
+            if msg_flags & socket.MSG_TRUNC:
+                for fd in fds:
+                    os.close(fd)
+                raise FrameError(f"a packet longer than the channel's {PACKET + 1} bytes")
             if msg_flags & socket.MSG_CTRUNC:
                 for fd in fds:
                     os.close(fd)

@@ -103,6 +103,13 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise UsageError("settings kv_reserve_bytes and kv_regrow_idle_s must not be negative")
         if self.kv_pool_timeout_s <= 0:
             raise UsageError("setting kv_pool_timeout_s must be positive")
+        from specgen.messages import EvalOptions
+
+        try:
+            msgspec.convert(self.eval_options, EvalOptions)
+        except msgspec.ValidationError as exc:
+            raise UsageError(f"setting eval_options: {exc} (the fields are EvalOptions', "
+                             "specgen/messages.py)") from None
         if self.kv_control_bind is not None:
             from specgen.runtime.auth import is_loopback
 

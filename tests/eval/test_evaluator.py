@@ -32,7 +32,7 @@ def strict_worker(tmp_path_factory: pytest.TempPathFactory) -> EvalWorker:
 def test_a_crash_costs_only_that_candidate(cpu_worker: EvalWorker) -> None:
     crash = forward_body(concealed("import ctypes; ctypes.string_at(0)"))
     verdict = cpu_worker.run(submission("softmax", crash), "validate")
-    assert not verdict.correct and "the runner process died (killed by signal SIGSEGV)" in \
+    assert not verdict.correct and "the candidate runner died (killed by signal SIGSEGV)" in \
         verdict.error
     abort = forward_body("os.abort()", "import os")
     assert "SIGABRT" in cpu_worker.run(submission("softmax", abort), "validate").error
@@ -42,16 +42,16 @@ def test_a_crash_costs_only_that_candidate(cpu_worker: EvalWorker) -> None:
 
 def test_exits_are_contained(cpu_worker: EvalWorker) -> None:
     hard = cpu_worker.run(submission("softmax", forward_body(concealed("import os; os._exit(0)"))))
-    assert "the runner process died (exit code 0)" in hard.error
+    assert "the candidate runner died (exit code 0)" in hard.error
     soft = cpu_worker.run(submission("softmax", forward_body("sys.exit(3)", "import sys")))
-    assert "ModelNew raised on trial 0: SystemExit: 3" in soft.error
+    assert "ModelNew raised: SystemExit: 3 (trial 0)" in soft.error
 
 
 def test_a_hang_times_out_naming_the_setting(strict_worker: EvalWorker) -> None:
     began = time.monotonic()
     verdict = strict_worker.run(submission("softmax", forward_body("time.sleep(600)",
                                                                    "import time")))
-    assert verdict.error == "candidate timed out after 4 s (EvalOptions.timeout_s)"
+    assert verdict.error == "candidate timed out (EvalOptions.timeout_s = 4 s)"
     assert time.monotonic() - began < 30
     assert strict_worker.run(submission("softmax", GOOD), "validate").correct
 
@@ -86,17 +86,20 @@ def test_a_cancel_by_id_that_comes_before_the_run_is_not_lost(strict_worker: Eva
 def test_spares_take_start_up_off_the_critical_path(tmp_path: Path) -> None:
     options = EvalOptions(timing_trials=4, warmup=1)
     with EvalWorker("cpu", tmp_path / "spares", spare_processes=1, options=options) as warm:
-        pids = [runner.pid for runner in warm._pool._spares]
-        warm._pool._spares[0].wait_ready(60)
+        warm._pool._spares[0][1].join(60)          # its warm-up thread saw it ready
+        pids = [runner.init_pid for runner, _ in warm._pool._spares]
         first = warm.run(submission("softmax", GOOD), "validate")
         assert first.correct and first.stage_seconds["spare_wait"] < 0.2
-        replacement = [runner.pid for runner in warm._pool._spares]
+        warm._pool._spares[0][1].join(60)          # its warm-up thread saw it ready
+        replacement = [runner.init_pid for runner, _ in warm._pool._spares]
         assert replacement and replacement[0] not in pids  # each runner serves one candidate
     for pid in pids + replacement:
         assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
     with EvalWorker("cpu", tmp_path / "cold", spare_processes=0, options=options) as cold:
         verdict = cold.run(submission("softmax", GOOD), "validate")
-        assert verdict.correct and verdict.stage_seconds["spare_wait"] > 0.5
+        # Without a spare, the runner is a fork of the template started on demand: no
+        # interpreter start, no torch import, so well under a second even then.
+        assert verdict.correct and verdict.stage_seconds["spare_wait"] < 2.0
 
 
 def _zombie(pid: int) -> bool:

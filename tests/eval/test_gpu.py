@@ -1,23 +1,28 @@
-"""On a CUDA GPU: Triton and load_inline candidates, GPU-only cheats (side streams, extensions that
-never run their own kernel, speedups past the physical floor), and isolation of illegal memory
-accesses, device asserts and memory blow-ups. Skipped with a reason on machines without a GPU."""
+"""On a CUDA GPU: the honest Triton and load_inline candidates, the GPU-only hacks in `gpu/` (each
+judged as its `# expect:` header says), isolation of illegal memory accesses, device asserts and
+memory blow-ups, and how the judge's times relate to the device's. Skipped with a reason on
+machines without a GPU."""
 from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from specgen.eval import EvalOptions, EvalWorker
-from tests.eval.conftest import BUNDLED, HERE, codes, header, submission
+from tests.eval.conftest import (BUNDLED, CORPUS, HERE, candidate_submission, header, submission,
+                                 verdict_summary)
+from tests.eval.expectations import meets
 
 pytestmark = pytest.mark.gpu
 
 GPU_CASES = HERE / "gpu"
 CANDIDATES = BUNDLED / "candidates"
-EXTENSION_SOURCES = [CANDIDATES / "fused_elementwise_cuda.py", GPU_CASES / "aten_only_extension.py"]
+EXTENSION_SOURCES = [CANDIDATES / "fused_elementwise_cuda.py", GPU_CASES / "aten_only_extension.py",
+                     GPU_CASES / "cuda_build_fails.py"]
+CORPUS_GPU = sorted(p for p in (*(CORPUS / "honest").glob("*.py"), *(CORPUS / "cheat").glob("*.py"))
+                    if header(p, "device") == "cuda")
 
 
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -60,39 +65,51 @@ def run_case(worker: EvalWorker, path: Path, stage: str = "full"):
     return worker.run(submission(header(path, "problem"), path.read_text(), path.stem), stage)
 
 
+def test_the_sandbox_starts_cuda(gpu_worker: EvalWorker) -> None:
+    assert gpu_worker.sandbox_status.kind == "namespaces", gpu_worker.sandbox_status
+
+
 @pytest.mark.parametrize("name", ["softmax_triton", "matmul_bias_relu_triton", "layernorm_triton",
                                   "fused_elementwise_triton", "softmax_torch"])
 def test_honest_candidates_on_gpu(gpu_worker: EvalWorker, name: str) -> None:
     problem = name.rsplit("_", 1)[0]
     verdict = gpu_worker.run(submission(problem, (CANDIDATES / f"{name}.py").read_text(), name))
     assert verdict.correct and verdict.flags == [] and verdict.error is None, verdict
-    assert verdict.device == "cuda:0" and not verdict.cpu_timing
+    assert verdict.device == "cuda:0" and not verdict.cpu_timing and verdict.sandbox == "namespaces"
     assert verdict.ref_ms > 0 and verdict.candidate_ms > 0 and verdict.floor_ms > 0
     assert verdict.candidate_ms >= verdict.floor_ms
 
 
-def test_illegal_memory_access_costs_one_candidate(strict_gpu_worker: EvalWorker) -> None:
-    verdict = run_case(strict_gpu_worker, GPU_CASES / "illegal_access.py")
-    assert not verdict.correct and "illegal memory access" in verdict.error.lower(), verdict
-    after = strict_gpu_worker.run(submission("softmax", (CANDIDATES / "softmax_triton.py")
-                                             .read_text()))
-    assert after.correct, after
+@pytest.mark.parametrize("path", [p for p in sorted(GPU_CASES.glob("*.py"))
+                                  if p not in EXTENSION_SOURCES], ids=lambda p: p.stem)
+def test_gpu_hack_meets_its_expectation(strict_gpu_worker: EvalWorker, path: Path) -> None:
+    verdict = run_case(strict_gpu_worker, path)
+    ok, why = meets(verdict, header(path, "expect"))
+    assert ok, f"{why}: {verdict_summary(verdict)}"
 
 
-def test_poisoned_context_costs_one_candidate(strict_gpu_worker: EvalWorker) -> None:
-    verdict = run_case(strict_gpu_worker, GPU_CASES / "device_assert.py")
-    assert not verdict.correct and "device-side assert" in verdict.error, verdict
-    after = strict_gpu_worker.run(submission("softmax", (CANDIDATES / "softmax_torch.py")
-                                             .read_text()))
-    assert after.correct, after
+@pytest.mark.parametrize("path", CORPUS_GPU, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_corpus_gpu_candidate(gpu_worker: EvalWorker, path: Path) -> None:
+    verdict = gpu_worker.run(candidate_submission(path), "full")
+    ok, why = meets(verdict, header(path, "expect") or "correct")
+    assert ok, f"{why}: {verdict_summary(verdict)}"
 
 
-def test_host_memory_is_watched_on_gpu_runners(strict_gpu_worker: EvalWorker) -> None:
+def test_a_fault_costs_one_candidate(strict_gpu_worker: EvalWorker) -> None:
+    for case in ("illegal_access.py", "device_assert.py"):
+        verdict = run_case(strict_gpu_worker, GPU_CASES / case)
+        assert not verdict.correct and "(the reference" not in (verdict.error or ""), verdict
+        after = strict_gpu_worker.run(submission("softmax", (CANDIDATES / "softmax_triton.py")
+                                                 .read_text()))
+        assert after.correct, after
+
+
+def test_host_memory_is_limited_on_gpu_runners(strict_gpu_worker: EvalWorker) -> None:
     hog = ("import time, torch\nclass ModelNew(torch.nn.Module):\n"
            "    def forward(self, x):\n        keep = [torch.ones(250_000_000) for _ in range(8)]\n"
            "        time.sleep(60)\n        return x\n")
     verdict = strict_gpu_worker.run(submission("softmax", hog), "validate")
-    assert verdict.error.startswith("candidate memory limit exceeded"), verdict
+    assert "memory limit exceeded" in (verdict.error or ""), verdict
     assert "EvalOptions.memory_limit_mb" in verdict.error
 
 
@@ -100,31 +117,43 @@ def test_gpu_memory_is_capped(strict_gpu_worker: EvalWorker) -> None:
     hog = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
            "        return torch.empty(400 * 2**30, dtype=torch.uint8, device=x.device)\n")
     verdict = strict_gpu_worker.run(submission("softmax", hog), "validate")
-    assert "out of memory" in verdict.error.lower() and "gpu_memory_fraction" in verdict.error
-
-
-def test_side_stream_exploit_is_rejected(gpu_worker: EvalWorker) -> None:
-    hidden = run_case(gpu_worker, GPU_CASES / "side_stream_hidden.py")
-    assert "side-stream" in codes(hidden) and not hidden.correct, hidden
-    assert "kernels ran on stream" in hidden.flags[0]  # seen by the profiler, not the scan
-    plain = run_case(gpu_worker, HERE / "redteam" / "side_stream_static.py")
-    assert "side-stream" in codes(plain) and not plain.correct
-
-
-def test_speedup_past_the_physical_floor_is_flagged(gpu_worker: EvalWorker) -> None:
-    verdict = run_case(gpu_worker, GPU_CASES / "memo_beyond_floor.py")
-    assert codes(verdict) == ["beyond-floor"], verdict
-    assert verdict.candidate_ms < verdict.floor_ms
+    assert "out of memory" in (verdict.error or "").lower(), verdict
 
 
 def test_layernorm_with_wrongly_shaped_parameters(gpu_worker: EvalWorker) -> None:
     verdict = run_case(gpu_worker, HERE / "redteam" / "layernorm_wrong_param_shape.py")
-    assert "parameter-mismatch" in codes(verdict) and "(64, 256, 256)" in verdict.flags[0]
+    assert "parameter-mismatch" in " ".join(verdict.flags) + (verdict.error or ""), verdict
 
 
-def test_candidate_constants_do_not_change_the_problem(gpu_worker: EvalWorker) -> None:
-    verdict = run_case(gpu_worker, HERE / "redteam" / "module_constants_shadow.py", "validate")
-    assert not verdict.correct and "shape '[2, 8]' is invalid" in verdict.error
+def test_the_judges_time_is_the_devices_time(gpu_worker: EvalWorker) -> None:
+    """A candidate that adds a known amount of device time (a spin kernel, timed here with CUDA
+    events) to the reference's work is timed that much slower, within 10% of the added time: the
+    judge's window (request sent to reply stamped, less the calls of nothing) tracks the GPU."""
+    import torch
+
+    cycles = 20_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)
+    added = []
+    for _ in range(5):
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        added.append(start.elapsed_time(end))
+    added_ms = sorted(added)[2]
+    source = (CANDIDATES / "softmax_torch.py").read_text()
+    plain = gpu_worker.run(submission("softmax", source, "plain"), "full")
+    assert plain.correct, plain
+    # the same source with the spin added to its forward
+    spin_source = source + (f"\n\n_forward = ModelNew.forward\n\n\ndef _spun(self, *args):\n"
+                            f"    torch.cuda._sleep({cycles})\n    return _forward(self, *args)\n\n\n"
+                            "ModelNew.forward = _spun\n")
+    slowed = gpu_worker.run(submission("softmax", spin_source, "spun"), "full")
+    assert slowed.correct, slowed
+    extra = slowed.candidate_ms - plain.candidate_ms
+    assert abs(extra - added_ms) <= 0.1 * added_ms, \
+        (extra, added_ms, plain.candidate_ms, slowed.candidate_ms)
 
 
 # --- extension tests last: their builds started when the worker fixture was created
@@ -137,50 +166,9 @@ def test_load_inline_candidate(gpu_worker: EvalWorker) -> None:
     assert again.correct and again.stage_seconds["build"] == 0.0 and again.ref_cached
 
 
-def test_extension_that_never_built_with_a_fallback_is_rejected(gpu_worker: EvalWorker) -> None:
-    # Static checks run before any candidate code: the silent fallback is refused before the
-    # (broken) extension is built.
-    verdict = run_case(gpu_worker, GPU_CASES / "cuda_build_fails.py")
-    assert not verdict.correct and "try-fallback" in codes(verdict)
-    assert verdict.stage_seconds.get("load") is None
-
-
-def test_extension_running_only_reference_kernels_is_rejected(gpu_worker: EvalWorker) -> None:
-    verdict = run_case(gpu_worker, GPU_CASES / "aten_only_extension.py")
-    assert "custom-kernel-not-run" in codes(verdict), verdict
-    assert "only kernels the reference launches" in " ".join(verdict.flags)
-
-
-def _host_busy(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def test_timing_leaves_host_launch_latency_out() -> None:
-    """A call that spends 0.3 ms on the host before its tiny kernel is timed at the kernel's GPU
-    time (the pre-roll covers the host part); work left on a side stream is still counted."""
-    import torch
-
-    from specgen.eval.timing import Timer
-
-    x = torch.zeros(1024, device="cuda:0")
-    timer = Timer("cuda:0", l2_flush_mb=8)
-
-    def slow_host_tiny_kernel(_: object) -> torch.Tensor:
-        _host_busy(0.0003)
-        return x.add(1)
-
-    stats = timer.time(slow_host_tiny_kernel, [[0]], warmup=3, trials=20)
-    assert stats.median_ms < 0.1, f"host time leaked into the sample: {stats.median_ms:.3f} ms"
-    assert timer.hidden_work_trials == 0
-
-    side = torch.cuda.Stream(device="cuda:0")
-
-    def side_stream_work(_: object) -> torch.Tensor:
-        with torch.cuda.stream(side):
-            torch.cuda._sleep(5_000_000)   # a few ms on any clock the H200 runs at
-        return x.add(1)
-
-    stats = timer.time(side_stream_work, [[0]], warmup=2, trials=5)
-    assert timer.hidden_work_trials >= 4 and stats.median_ms > 1.0, stats
+@pytest.mark.parametrize("path", [GPU_CASES / "cuda_build_fails.py",
+                                  GPU_CASES / "aten_only_extension.py"], ids=lambda p: p.stem)
+def test_extension_whose_kernel_never_runs_is_rejected(gpu_worker: EvalWorker, path: Path) -> None:
+    verdict = run_case(gpu_worker, path)
+    ok, why = meets(verdict, header(path, "expect"))
+    assert ok, f"{why}: {verdict_summary(verdict)}"

@@ -55,7 +55,7 @@ def softmax_candidate() -> str:
 def quick_eval_settings(**overrides: object) -> RuntimeSettings:
     """Real evaluations with few trials (this is about the runtime, not about timing quality)."""
     base: dict[str, object] = dict(
-        eval_options={"trials": 2, "timing_trials": 3, "warmup": 1, "l2_flush_mb": 0,
+        eval_options={"trials": 2, "timing_trials": 3, "warmup": 1,
                       "second_shape": False, "randomized_params": False},
         heartbeat_interval_s=0.25, peer_timeout_s=3.0, shutdown_grace_s=3.0,
         worker_restart_backoff_s=0.2, call_timeout_s=120.0,

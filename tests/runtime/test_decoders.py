@@ -3,7 +3,7 @@
 Arbitrary bytes, truncated valid encodings, valid encodings with a field of the wrong type,
 oversized payloads and arrays nested past the decoder's depth limit. The property, for each: it
 returns a message of the expected type or raises the module's own error, which names what is
-wrong (wire: `WireError` with a code and the field; runner pipes: `FrameError`), never anything
+wrong (wire: `WireError` with a code and the field; runner channels: `FrameError`), never anything
 else and never waits past its deadline. Where the decoding sits inside a receive loop (the KV
 control channel, the scheduler's sockets, a node's notices, a peer connection), the loop itself is
 driven with such frames and must neither raise nor lose the honest message that follows.
@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +29,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specgen.eval import protocol
-from specgen.eval.protocol import FrameError, FrameReader
 from specgen.kv import pool_control
 from specgen.kv.pool_control import KvPoolController, PoolControlClient
 from specgen.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
-    BuildJob,
-    BuildResult,
     ErrorReply,
     KvPoolResize,
     KvPoolStats,
     Ping,
     RefTiming,
-    RunJob,
-    RunResult,
-    RunnerReady,
+    RunnerReply,
+    RunnerRequest,
     Verdict,
 )
 from specgen.runtime import wire
@@ -270,101 +267,89 @@ def test_an_unknown_field_nested_past_the_depth_limit(kind: int) -> None:
     assert type(check_wire([header(kind) + nested(body, 20)])) is MESSAGE_TYPES[kind]
 
 
-# -- eval/protocol.py: the runner pipes ------------------------------------------------------
+# -- eval/protocol.py: the runner channels -------------------------------------------------
 
-PIPE_KINDS = [RunnerReady, RunResult, BuildResult, RunJob, BuildJob]
-
-
-def _length_prefixed(body: bytes) -> bytes:
-    return protocol._HEADER.pack(len(body)) + body
+REPLY_KINDS = list(typing.get_args(RunnerReply))
+REQUEST_KINDS = list(typing.get_args(RunnerRequest))
 
 
-def _pipe_streams(kind: type) -> st.SearchStrategy:
-    valid = messages(kind).map(lambda m: msgspec.msgpack.encode(m))
-    wrong = _wrong_field(kind)
-    frame = (valid.map(_length_prefixed)
-             | st.tuples(valid, st.integers(0, 64)).map(lambda vc: _length_prefixed(vc[0])[:vc[1]])
-             | wrong.map(_length_prefixed)
-             | st.binary(max_size=200).map(_length_prefixed)
-             | st.sampled_from([20, 5_000, 50_000]).map(lambda d: _length_prefixed(nested({}, d)))
-             | st.integers(protocol.MAX_FRAME + 1, 2**32 - 1).map(protocol._HEADER.pack)
-             | st.binary(max_size=100))
-    return st.lists(frame, max_size=4).map(b"".join)
+def _packets(kinds: list[type]) -> st.SearchStrategy:
+    """What a hostile runner (or judge) can put on its end of the socket: packets of any kind,
+    valid messages cut into packets at random, bad headers, wrong fields, deep nesting."""
+    valid = st.sampled_from(kinds).flatmap(messages).map(msgspec.msgpack.encode)
+    wrong = st.sampled_from(kinds).flatmap(_wrong_field)
+    body = (valid | wrong | st.binary(max_size=200)
+            | st.sampled_from([20, 5_000, 50_000]).map(lambda d: msgspec.msgpack.encode(nested({}, d))))
+
+    def cut(data: bytes, at: int) -> list[bytes]:
+        at = max(1, min(at, len(data)))
+        pieces = [data[i:i + at] for i in range(0, len(data), at)] or [b""]
+        return [protocol._MORE + p for p in pieces[:-1]] + [protocol._LAST + pieces[-1]]
+
+    message = st.tuples(body, st.integers(64, protocol.PACKET)).map(lambda bc: cut(*bc))
+    raw = st.binary(min_size=1, max_size=100).map(lambda b: [b])
+    return st.lists(message | raw, max_size=4).map(lambda groups: [p for g in groups for p in g])
 
 
 @st.composite
 def _wrong_field(draw: Any, kind: type) -> bytes:
     body = msgspec.to_builtins(draw(messages(kind)), builtin_types=(bytes,))
-    field = draw(st.sampled_from([f.encode_name for f in mi.type_info(kind).fields]))
-    body[field] = draw(ANY)
+    fields = [f.encode_name for f in mi.type_info(kind).fields]
+    if fields:
+        body[draw(st.sampled_from(fields))] = draw(ANY)
     return msgspec.msgpack.encode(body)
 
 
-@pytest.mark.parametrize("kind", PIPE_KINDS, ids=lambda k: k.__name__)
-@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("role,kinds", [("judge", REPLY_KINDS), ("runner", REQUEST_KINDS)])
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_frame_reader_returns_messages_or_frame_errors_and_never_waits_past_eof(kind: type,
-                                                                                data: st.DataObject) -> None:
-    stream = data.draw(_pipe_streams(kind))
-    read_fd, write_fd = os.pipe()
+def test_a_channel_returns_its_messages_or_frame_errors_and_never_waits_past_a_close(
+        role: str, kinds: list[type], data: st.DataObject) -> None:
+    packets = data.draw(_packets(kinds))
+    ours, theirs = protocol.socket_pair()
+    channel = protocol.Channel(ours, role)
 
-    def write() -> None:   # from a thread: more than a pipe holds
+    def write() -> None:   # from a thread: more than the socket holds
         try:
-            view = memoryview(stream)
-            while view:
-                view = view[os.write(write_fd, view):]
+            for packet in packets:
+                theirs.send(packet)
         except OSError:
-            pass   # the reader stopped early (a FrameError) and closed its end
+            pass           # the channel stopped early (a FrameError) and closed its end
         finally:
-            os.close(write_fd)
+            theirs.close()
 
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        reader = FrameReader(read_fd)
         started = time.monotonic()
-        for _ in range(100):
+        for _ in range(len(packets) + 2):   # a message per packet at most, then the close
             try:
-                msg = reader.read(kind, time.monotonic() + 5.0)
-            except FrameError as exc:
-                assert kind.__name__ in str(exc) or "exceeds" in str(exc), exc
+                received = channel.recv(time.monotonic() + 5.0)
+            except protocol.FrameError as exc:
+                assert str(exc), exc
                 break
-            if msg is None:
-                assert reader.eof
+            except protocol.ChannelClosed:
                 break
-            assert type(msg) is kind
+            assert received is not None, "a closed end must not read as a timeout"
+            assert type(received.message) in kinds
         else:
-            raise AssertionError("more frames than were written")
-        assert time.monotonic() - started < 2.0
+            raise AssertionError("more messages than packets")
+        assert time.monotonic() - started < 5.0
     finally:
-        os.close(read_fd)
+        channel.close()
         writer.join()
 
 
-def test_frame_reader_gives_up_at_its_deadline_on_a_frame_that_never_completes() -> None:
-    read_fd, write_fd = os.pipe()
+def test_a_packet_longer_than_the_channels_is_refused_not_cut() -> None:
+    ours, theirs = protocol.socket_pair()
+    channel = protocol.Channel(ours, "judge")
     try:
-        os.write(write_fd, protocol._HEADER.pack(1000) + b"\x80" * 10)   # 990 bytes never come
-        reader = FrameReader(read_fd)
-        started = time.monotonic()
-        assert reader.read(RunResult, started + 0.3) is None and not reader.eof
-        assert 0.25 < time.monotonic() - started < 2.0
+        theirs.send(protocol._LAST + b"\x80" * (protocol.PACKET + 100))
+        with pytest.raises(protocol.FrameError, match="longer than"):
+            channel.recv(time.monotonic() + 5)
     finally:
-        os.close(read_fd)
-        os.close(write_fd)
-
-
-def test_frame_reader_reads_a_large_frame_written_in_pieces() -> None:
-    read_fd, write_fd = os.pipe()
-    result = RunResult(verdict=Verdict(error="x" * (3 << 20)))
-    writer = threading.Thread(target=protocol.write_frame, args=(write_fd, result))
-    writer.start()
-    try:
-        assert FrameReader(read_fd).read(RunResult, time.monotonic() + 20) == result
-    finally:
-        writer.join()
-        os.close(read_fd)
-        os.close(write_fd)
+        channel.close()
+        theirs.close()
 
 
 # -- kv/pool_control.py and the scheduler's KV decoder ---------------------------------------

@@ -1,8 +1,8 @@
 # problem: softmax
-# expect: try-fallback
+# expect: custom-kernel-not-run
 """A CUDA extension with a compile error, built inside try/except with a silent PyTorch fallback
-(seven KernelBench-accepted candidates did this). The static checks reject it for the fallback
-before anything is built or run."""
+(seven KernelBench-accepted candidates did this). Its kernel never runs: the launch counter sees
+the fallback's kernels only."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -1,8 +1,9 @@
 # problem: softmax
-# expect: beyond-floor
+# expect: honest-speed 1.5
 """Caches each output under (data pointer, first element) in a module-level dict: every check
-with new values recomputes and is right, but the timed calls, which reuse a few input sets, return
-cached results far faster than the memory bandwidth allows."""
+with new values recomputes and is right; timed calls that reused a few input sets would get cached
+results far faster than the memory bandwidth allows. The judge makes fresh inputs for every
+call, so the cache never hits."""
 import torch
 import torch.nn as nn
 

@@ -1,8 +1,10 @@
 # problem: softmax
-# expect: side-stream
+# expect: honest-speed 1.5
 """Runs the softmax on a side stream and returns without making the current stream wait (the
 exploit KernelBench accepted with 49x, 15x and 9.6x): timing on the current stream alone sees
-almost nothing. The stream is reached through getattr, out of a source scan's sight."""
+almost nothing. The judge's digest of the output is read on the current stream after the call:
+work still running on the side stream is either waited for (and timed) or missing from the output
+(a mismatch)."""
 import torch
 import torch.nn as nn
 
