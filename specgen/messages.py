@@ -82,7 +82,7 @@ class CandidateUpdate(msgspec.Struct, kw_only=True, gc=False):
 # Nothing a runner replies is believed beyond what the judge checks: see docs/evaluation.md.
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
-TIMING_METHOD = "j1"
+TIMING_METHOD = "j2"
 
 
 class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -99,7 +99,7 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     # --- profiling
     warmup: int = 3                         # timed calls whose times are not used
     timing_trials: int = 50                 # timed calls, each on fresh inputs; the first is dropped
-    overhead_trials: int = 15               # calls of nothing, timed the same way (the overhead)
+    overhead_trials: int = 15               # at least this many calls of nothing (one follows each timed call)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
     cache_ref_timing: bool = True           # reuse the reference's timing per problem/device/settings

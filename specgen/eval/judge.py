@@ -454,36 +454,48 @@ class Judge:
             time.clock_gettime_ns(time.CLOCK_REALTIME)
         return received.message, (arrived - sent) / 1e6
 
-    def overhead(self) -> tuple[float, float]:
-        """(median, p75 - p25) of the timed path with no call (in the reference runner): what
-        every call's time includes besides the call, and how finely the judge resolves times."""
-        # One real call first: the calls of nothing digest tensors shaped like its outputs.
+    def _prime_nothing(self) -> None:
+        """One real call in the reference runner: the calls of nothing digest tensors shaped like
+        its last outputs."""
         done: TrialDone = self._ask(self.reference, self.trial(), TrialDone).message
         if done.error:
             self.fail(f"{done.error} (the reference, not the candidate)")
             raise _Stop
-        samples = []
-        for _ in range(max(self.options.overhead_trials, 3)):
-            done, ms = self.timed(self.reference, self.trial(null=True))
-            if done.error:
-                self.fail(f"the overhead could not be measured: {done.error}")
-                raise _Stop
-            samples.append(ms)
-        stats = summarize(samples[1:])
+
+    def nothing(self) -> float:
+        """One timed call of nothing in the reference runner: the same path (inputs made, outputs
+        and inputs digested, the reply) with no call. What every call's time includes besides
+        the call."""
+        done, ms = self.timed(self.reference, self.trial(null=True))
+        if done.error:
+            self.fail(f"the overhead could not be measured: {done.error}")
+            raise _Stop
+        return ms
+
+    def overhead_of(self, samples: list[float]) -> tuple[float, float]:
+        """(median, p75 - p25) of calls of nothing taken between the timed calls, topped up to
+        EvalOptions.overhead_trials: what is subtracted, and how finely the judge resolves."""
+        while len(samples) < max(self.options.overhead_trials, 3):
+            samples.append(self.nothing())
+        stats = summarize(samples)
         return stats.median_ms, max(stats.p75_ms - stats.p25_ms, _MIN_MS)
 
     def time_reference(self, compiled: bool = False) -> tuple[TimingStats, float, float]:
-        """The reference's timed calls (fresh inputs each), overhead subtracted."""
+        """The reference's timed calls (fresh inputs each), each followed by a call of nothing:
+        the overhead is measured under the same conditions (clocks, caches) as the calls."""
         count = self.options.warmup + self.options.timing_trials
-        overhead, resolution = self.overhead()
-        samples = []
+        self._prime_nothing()
+        samples, nothing = [], []
         for index in range(count):
             done, ms = self.timed(self.reference, self.trial(compiled=compiled))
             if done.error:
                 what = "torch.compile(Model)" if compiled else "the reference"
                 raise _ReferenceFailed(f"timing {what} failed: {done.error}")
+            idle = self.nothing()
             if index >= self.options.warmup:
                 samples.append(ms)
+                nothing.append(idle)
+        overhead, resolution = self.overhead_of(nothing)
         return net(samples, overhead, resolution), overhead, resolution
 
     def _pool(self, count: int) -> list[_Pooled]:
@@ -521,12 +533,9 @@ class Judge:
                 samples=stats.samples, overhead_ms=overhead, resolution_ms=resolution)
         else:
             self.verdict.ref_cached = True
-        with self._timed("overhead"):
-            self.overhead_ms, self.resolution_ms = self.overhead()
 
     def _profile(self) -> None:
         options = self.options
-        overhead = self.overhead_ms
         count = options.warmup + options.timing_trials
         # The reference's digests of the candidate's timed calls, made now (untimed): the
         # reference answers these without waiting for another request, so that it sleeps, not
@@ -536,7 +545,7 @@ class Judge:
         with self._timed("timing"):
             checked = set(self.rng.sample(range(options.warmup, count),
                                           min(options.checked_timed_trials, options.timing_trials)))
-            samples = []
+            samples, nothing = [], []
             for index, pooled in enumerate(pool):
                 done, ms = self.timed(self.candidate, pooled.trial)
                 what = f"timed call {index}"
@@ -554,8 +563,14 @@ class Judge:
                     self._inputs_unchanged(done.input_digests, pooled.input_digests, what)
                 if index in checked:
                     self._check_last(pooled.trial, what)
+                # A call of nothing in the reference runner after each timed call: the overhead
+                # the candidate's times include, measured beside them, where the candidate's
+                # process cannot slow it down.
+                idle = self.nothing()
                 if index >= options.warmup:
                     samples.append(ms)
+                    nothing.append(idle)
+            overhead, self.resolution_ms = self.overhead_of(nothing)
         ref = self.ref_timing
         # One resolution for both times: the coarser of the two measurements'. A time below it
         # is counted as it, so no speedup is claimed that the noise of either could have made.
@@ -573,7 +588,7 @@ class Judge:
                                   f"({resolution:.4f} ms, the spread of the calls of nothing): "
                                   "counted as that")
         if self.cuda and options.floor_check:
-            self._floor(stats.median_ms)
+            self._floor(stats.median_ms, resolution)
 
     def _check_last(self, trial: Trial, what: str) -> None:
         """The output of the timed call just made, compared in full (chosen unpredictably)."""
@@ -596,7 +611,7 @@ class Judge:
             self.fail(f"{compared.reason} ({what})")
             raise _Stop
 
-    def _floor(self, candidate_ms: float) -> None:
+    def _floor(self, candidate_ms: float, resolution_ms: float) -> None:
         loaded = self.problem.loaded
         floor = floor_ms(loaded.input_bytes + loaded.param_bytes, loaded.flops,
                          self.problem.ready.device_name, loaded.half,
@@ -606,7 +621,9 @@ class Judge:
                               f"{self.problem.ready.device_name}")
             return
         self.verdict.floor_ms = floor
-        if candidate_ms < floor:
+        # Below the floor by more than the judge resolves: a time within the calls of nothing's
+        # spread of the floor may be the subtraction's noise, not a cheat.
+        if candidate_ms + resolution_ms < floor:
             self.flag(f"beyond-floor: {candidate_ms:.4f} ms is below the physical floor "
                       f"{floor:.4f} ms ({loaded.input_bytes + loaded.param_bytes} bytes"
                       + (f", {loaded.flops} flops" if loaded.flops else "")

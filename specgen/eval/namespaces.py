@@ -162,8 +162,9 @@ def _populate_dev(root: str, devices: list[str]) -> None:
         fd = os.open(node, _O_PATH)
         try:
             target = root + node
-            _make_mountpoint(target, False)
-            _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND, None)
+            is_dir = os.path.isdir(node)          # e.g. /dev/nvidia-caps holds the MIG nodes
+            _make_mountpoint(target, is_dir)
+            _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | (_MS_REC if is_dir else 0), None)
         finally:
             os.close(fd)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),

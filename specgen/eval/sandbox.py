@@ -107,10 +107,35 @@ def view_paths(cache_dir: str | None = None, extra: list[str] | None = None) -> 
         if os.environ.get(name):
             paths.add(os.environ[name])
     paths.update(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p)
+    paths.update(toolchain_prefixes(around))
     if cache_dir:
         paths.add(cache_dir)
     paths.update(extra or [])
     return sorted(str(Path(p).resolve()) for p in paths if os.path.exists(p))
+
+
+# What builds and Triton's launcher compile with: found where the worker would find them.
+_TOOLS = ("cc", "gcc", "c++", "g++", "clang", "nvcc", "ninja", "ld")
+
+
+def toolchain_prefixes(checkout: str) -> list[str]:
+    """The installation folders (the parent of `bin/`) of the compilers and build tools a runner
+    uses, where they live outside the system folders (e.g. a compiler under /opt/gcc): a
+    compiler needs its own lib/ and libexec/ as well as its binary."""
+    found = set()
+    names = [os.environ.get(n, "").split(" ")[0] for n in ("CC", "CXX")] + list(_TOOLS)
+    for name in filter(None, names):
+        path = shutil.which(name)
+        if path is None:
+            continue
+        binary = Path(path).resolve()
+        prefix = binary.parent.parent if binary.parent.name == "bin" else binary.parent
+        text = str(prefix)
+        if text in ("/", "/root", str(Path.home())) or text.startswith(checkout) \
+                or any(text == p or text.startswith(p + "/") for p in SYSTEM_PATHS):
+            continue
+        found.add(text)
+    return sorted(found)
 
 
 def system_links() -> list[str]:

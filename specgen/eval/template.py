@@ -37,9 +37,17 @@ import time
 
 def _warm_imports() -> str:
     """Everything a runner imports, imported once here (the fork inherits it)."""
-    import torch  # noqa: F401
+    import torch
     import torch.nn.functional  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401
+
+    # torch.utils.cpp_extension asks torch.cuda.is_available() at import, only to log a warning;
+    # asking starts the CUDA driver, and torch then refuses CUDA in every fork of this process.
+    is_available = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        import torch.utils.cpp_extension  # noqa: F401
+    finally:
+        torch.cuda.is_available = is_available
 
     triton_version = ""
     try:
@@ -55,6 +63,21 @@ def _warm_imports() -> str:
     from specgen.eval import calls, compare, extensions, params, runner  # noqa: F401
     from specgen.eval.guards import dynamic  # noqa: F401
     return triton_version
+
+
+def _check_forks_can_start_cuda() -> None:
+    """Fail now, saying why, if something the template imported started CUDA: its forks could not
+    (torch marks a fork of a process that did as unable to)."""
+    import torch
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError("CUDA was started in the template before any runner was forked (an "
+                           "import asked the CUDA runtime for its devices): runners could not use "
+                           "the GPU")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     control = Channel(control_sock, "runner")
     triton_version = _warm_imports()
     import torch
+    if args.device.startswith("cuda"):
+        _check_forks_can_start_cuda()
     control.send(RunnerReady(role="template", pid=os.getpid(), device=args.device,
                              device_name="", torch_version=str(torch.__version__),
                              triton_version=triton_version,

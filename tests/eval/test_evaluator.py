@@ -118,7 +118,9 @@ def test_stages_and_the_reference_timing_cache(cpu_worker: EvalWorker) -> None:
     first = cpu_worker.run(sub, "profile")
     second = cpu_worker.run(sub, "profile")
     assert first.stage == "profile" and first.correct and first.candidate_ms > 0
-    assert second.ref_cached and second.ref_ms == first.ref_ms or first.ref_cached
+    # The reference's time comes from the cache (floored at this run's resolution, which is
+    # measured anew each run).
+    assert second.ref_cached and second.ref_ms > 0 or first.ref_cached
     assert second.cpu_timing and "timing" in second.stage_seconds
 
 

@@ -331,3 +331,16 @@ def test_a_gpu_worker_checks_that_cuda_starts_inside_the_sandbox(tmp_path: Path)
         assert gpu_worker.sandbox_status.kind == sandbox.NONE
         assert "CUDA does not start inside the sandbox" in gpu_worker.sandbox_status.detail
         assert gpu_worker.refuses_candidates
+
+
+def test_a_compiler_outside_the_system_folders_is_in_the_view(tmp_path: Path, monkeypatch) -> None:
+    # e.g. a host whose gcc lives in /opt/gcc: builds and Triton's launcher need all of it.
+    prefix = tmp_path / "toolchain"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    compiler = prefix / "bin" / "mycc"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    assert str(prefix.resolve()) in sandbox.toolchain_prefixes(str(Path.cwd()))
+    assert str(prefix.resolve()) in sandbox.view_paths()
