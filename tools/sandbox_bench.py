@@ -42,11 +42,6 @@ def main() -> int:
     else:
         names = ["softmax_cpp", "layernorm_cpp", "fused_elementwise_cpp", "softmax_torch"]
     names = [n for n in names if (PROBLEMS / "candidates" / f"{n}.py").exists()]
-    status = sandbox.probe()
-    print(f"sandbox on this host: {status.kind} ({status.detail})")
-    if status.kind != sandbox.NAMESPACES:
-        print("nothing to compare: no sandbox here")
-        return 1
     work = Path(tempfile.mkdtemp(prefix="specgen-sandbox-bench-"))
     # One build cache for both workers: each extension is built once (by the sandboxed worker,
     # which runs first in round 0), not once per mode.
@@ -57,6 +52,13 @@ def main() -> int:
                for mode in ("required", "off")}
     for worker in workers.values():
         worker.start()
+    status = workers["required"].sandbox_status          # a real runner, started in the sandbox
+    print(f"sandbox on this host: {status.kind} ({status.detail})")
+    if status.kind != sandbox.NAMESPACES:
+        print("nothing to compare: no sandbox here")
+        for worker in workers.values():
+            worker.close()
+        return 1
     samples: dict[str, dict[str, list[dict]]] = {n: {"required": [], "off": []} for n in names}
     try:
         for round_ in range(args.rounds):

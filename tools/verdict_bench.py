@@ -84,8 +84,8 @@ def corpus_files(device: str) -> list[tuple[Path, str, str]]:
 
     def runs_here(path: Path) -> bool:
         wanted = header(path, "device")
-        if device.startswith("cuda"):
-            return True
+        if device.startswith("cuda"):      # C++-only candidates check for CPU tensors
+            return wanted in (None, "cuda", "any") and not path.stem.endswith("_cpp")
         return wanted in (None, "cpu", "any") and not path.stem.endswith("_cuda")
 
     files = []

@@ -84,10 +84,15 @@ def test_reasoner_killed_mid_job_is_started_again_and_the_job_goes_on(cluster: L
                                 options={"candidates": candidates, "submit_interval_s": 0.5})
     first = next(e for e in job.events(timeout=120) if e.kind == "verdict")
 
+    def cmdline(pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""          # it exited since it was listed
+
     def reasoners() -> list[int]:
         return [p for p in descendants(cluster.scheduler.pid)
-                if job.job_id.encode() in Path(f"/proc/{p}/cmdline").read_bytes()
-                and b"specgen.runtime.reasoner" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if job.job_id.encode() in cmdline(p) and b"specgen.runtime.reasoner" in cmdline(p)]
 
     (victim,) = reasoners()
     os.kill(victim, signal.SIGKILL)

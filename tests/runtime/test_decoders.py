@@ -34,6 +34,7 @@ from specgen.kv.pool_control import KvPoolController, PoolControlClient
 from specgen.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
+    BuildResult,
     ErrorReply,
     KvPoolResize,
     KvPoolStats,

@@ -308,14 +308,18 @@ def test_200_queued_evaluations_on_two_workers_outwait_the_callers_timeout() -> 
 
 def test_real_evaluations_queued_past_the_callers_timeout_are_answered(softmax_problem: str,
                                                                        softmax_candidate: str) -> None:
-    """The same with real evaluations on two CPU workers (the cheapest candidate the tests have,
-    one that fails its first check, and a few correct ones): 24 queued by 2 clients with
-    call_timeout_s of 2 s, each answered with its real verdict after waiting several times that."""
+    """The same with real evaluations on two CPU workers (a candidate that takes 0.8 s to import
+    and then fails its first check, and a few correct ones): 24 queued by 2 clients with
+    call_timeout_s of 2 s, each answered with its real verdict after waiting several times that.
+    (A runner is ready in a tenth of a second: without the import's sleep the queue would drain
+    before any caller's timeout.)"""
     clients, per_client, timeout = 2, 12, 2.0
+    slow_wrong = "import time\ntime.sleep(0.8)\n" + WRONG
     with LocalCluster(workers=2, settings=quick_eval_settings()) as cluster:
         conns = [Client(cluster.address, settings=RuntimeSettings(call_timeout_s=timeout)) for _ in range(clients)]
         try:
-            results, t0 = queue_from(conns, per_client, lambda c, i: softmax_candidate if i % 6 == 0 else WRONG,
+            results, t0 = queue_from(conns, per_client,
+                                     lambda c, i: softmax_candidate if i % 6 == 0 else slow_wrong,
                                      softmax_problem)
         finally:
             for client in conns:

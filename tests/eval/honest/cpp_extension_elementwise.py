@@ -1,4 +1,5 @@
 # problem: fused_elementwise
+# device: cpu
 """A C++ extension (load_inline, CPU) with a hand-written loop: built once in the worker's build
 process, loaded from the cache by the runner."""
 import torch
