@@ -4,7 +4,7 @@ Typed msgspec structs encoded as msgpack. Decoding is strict: a frame that does 
 declared type is rejected with a clear error, never half-read. Nothing here is pickled.
 
 Sections: evaluation (the verdict every part of the system reports), the evaluation runners (a
-worker and its runner subprocesses, over pipes), the optimize loop, the actor runtime, KV pools.
+worker and its runner subprocesses, over a socket pair), the optimize loop, the actor runtime, KV pools.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
 
     # --- profiling
     warmup: int = 3                         # timed calls whose times are not used
-    timing_trials: int = 50                 # timed calls, each on fresh inputs; the first is dropped
+    timing_trials: int = 50                 # timed calls after the warm-up, each on fresh inputs
     overhead_trials: int = 15               # at least this many calls of nothing (one follows each timed call)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline

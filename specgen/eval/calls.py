@@ -160,11 +160,6 @@ class ProblemModule:
             return None
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 class CallResult:
     """What one trial left behind: the outputs (for a Ship) and what the reply says."""
 

@@ -213,9 +213,10 @@ class Judge:
 
     def _run(self, stage: str) -> None:
         if stage in ("profile", "full"):
-            # Everything measured in the reference runner is measured before the candidate's
-            # code exists anywhere: a candidate's busy thread or GPU kernel cannot slow the
-            # reference (inflating its speedup) or the overhead (subtracted from its own time).
+            # The reference's own timing is measured before the candidate's code exists
+            # anywhere: a candidate's busy thread or GPU kernel cannot slow the reference
+            # (inflating its speedup). The overhead subtracted from the candidate's times is
+            # measured beside them, and capped at this measurement's (see _profile).
             self._measure_reference()
         with self._timed("load"):
             self._load()
@@ -572,6 +573,10 @@ class Judge:
                     nothing.append(idle)
             overhead, self.resolution_ms = self.overhead_of(nothing)
         ref = self.ref_timing
+        # Capped at what the calls of nothing took beside the reference's own timing, when no
+        # candidate code existed: a candidate that keeps the host or the GPU busy between its
+        # calls would slow these calls of nothing, and so have more subtracted from its own time.
+        overhead = min(overhead, ref.overhead_ms + ref.resolution_ms)
         # One resolution for both times: the coarser of the two measurements'. A time below it
         # is counted as it, so no speedup is claimed that the noise of either could have made.
         resolution = max(self.resolution_ms, ref.resolution_ms)

@@ -25,14 +25,15 @@ runner, which makes namespaces of its own (mount, PID, IPC, network, UTS), a pri
 `EvalOptions.scratch_mb` (`build_scratch_mb` for a build) and /dev/shm, a /proc of its own, and
 then drops every capability, takes an unprivileged uid (candidates and builds one, the reference
 another) and sets no_new_privs before any job reaches it. Limits on its process tree come from
-eval/containment.py. A runner is PID 1 of its own PID namespace's init's child: when it ends, its
-namespace and everything the candidate started in it end.
+eval/containment.py. A runner is PID 2 of its own PID namespace, the child of that namespace's
+init: when the init ends, the namespace and everything the candidate started in it end.
 
 Outside, a root worker's runners are unprivileged users (UID_BASE + 2 x the worker's pid for
 candidates and builds, + 1 for its reference runners): the worker writes the namespace's id maps
 itself (util-linux maps more than one id only through newuidmap, which hosts rarely have). So a
-file the view did show is readable only where it is world-readable, and the process limit counts
-the run's processes alone. The runner's environment is an allow list (PATH, locale,
+file the view did show is readable only where it is world-readable. RLIMIT_NPROC counts per uid,
+so it is shared by one worker's candidate and build runners; the per-run process limit is the
+control group's (eval/containment.py). The runner's environment is an allow list (PATH, locale,
 CUDA/NVIDIA/TORCH/TRITON/OMP/BLAS variables; never `SPECGEN_*` or anything named like a key,
 token or secret).
 

@@ -59,8 +59,10 @@ GUARDS: tuple[Guard, ...] = (
     Guard("judge:Judge.timed", "",
           "a swapped clock, events or synchronize: times are the judge's, from its request to "
           "the kernel's timestamp on the reply"),
-    Guard("judge:Judge.overhead", "",
-          "the harness's own costs: the same path timed with no call, subtracted for both sides"),
+    Guard("judge:Judge.nothing", "",
+          "the judge's own costs: the same path timed with no call in the reference runner, "
+          "subtracted for both sides; for the candidate at most what the reference's own "
+          "timing found (a candidate that loads the host between its calls gains nothing)"),
     Guard("judge:Judge._inputs_unchanged", "mutated-inputs",
           "inputs zeroed or overwritten (a reference run on the same tensors would agree; a "
           "caller's data is clobbered): every call's inputs are digested after it"),
