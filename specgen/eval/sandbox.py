@@ -101,9 +101,16 @@ def view_paths(cache_dir: str | None = None, extra: list[str] | None = None) -> 
     around = str(Path(package).parent)
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix,
              str(Path(sys.executable).resolve().parent), package, *SYSTEM_PATHS}
+    prefix = os.path.realpath(sys.prefix)
     for entry in sys.path:
-        if entry and os.path.isdir(entry) and os.path.realpath(entry) != around:
-            paths.add(entry)
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        # Nothing else of the checkout: a test runner or a PYTHONPATH may put its folders on
+        # sys.path. A virtual environment inside it stays (the interpreter's libraries).
+        if _inside(real, around) and not _inside(real, prefix) and not _inside(real, package):
+            continue
+        paths.add(entry)
     for name in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(name):
             paths.add(os.environ[name])
@@ -137,6 +144,10 @@ def toolchain_prefixes(checkout: str) -> list[str]:
             continue
         found.add(text)
     return sorted(found)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def system_links() -> list[str]:

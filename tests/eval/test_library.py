@@ -207,7 +207,11 @@ def test_wrong_candidate_is_incorrect(worker: EvalWorker, path: Path) -> None:
 def test_slow_candidate_is_correct_and_slower(quiet_worker: EvalWorker, path: Path) -> None:
     verdict = evaluate(quiet_worker, path, "full")
     assert verdict.correct and verdict.flags == [] and verdict.error is None, why(verdict)
-    assert verdict.cpu_timing and verdict.speedup is not None and verdict.speedup < 1.0, why(verdict)
+    assert verdict.cpu_timing and verdict.speedup is not None, why(verdict)
+    # Never reported faster; slower unless both times are within the judge's resolution here
+    # (a loaded CPU's calls of nothing can spread by milliseconds).
+    floored = any("at or below what the judge resolves" in n for n in verdict.notes)
+    assert verdict.speedup <= 1.0 if floored else verdict.speedup < 1.0, why(verdict)
 
 
 @pytest.mark.parametrize("path", of("honest", "cpp"), ids=_id)
