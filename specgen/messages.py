@@ -202,7 +202,7 @@ class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
     """One call: make the inputs from `seed`, call the model, reply with the output's digest.
 
     The digest of each output tensor is sum(output * W) in float64, W drawn from `digest_seed`
-    after the call: it proves the output existed when the reply was sent."""
+    after the call: it ties the reply to the output the call left, read as the reply is sent."""
 
     index: int                              # echoed in the reply
     seed: int                               # the inputs: get_inputs() after seeding with it

@@ -69,8 +69,11 @@ def other_size(value: int) -> int:
 def digest_bound(tol_norm: float, ref_error_norm: float, reference: float) -> float:
     """How far a right output's digest may be from the reference's.
 
-    With W standard normal and e = output - reference fixed before W is drawn, sum(e x W) is
-    normal with deviation |e|; a right output has |e| <= |tolerance| + |reference error|."""
+    With W standard normal and e = output - reference independent of W, sum(e x W) is normal
+    with deviation |e|; a right output has |e| <= |tolerance| + |reference error|. (The runner
+    computes the digest, so the candidate's process can know W; to match the reference's digest
+    with a wrong output it would still need the reference's digest, which only the right output
+    gives it.)"""
     return DIGEST_SIGMAS * (tol_norm + ref_error_norm) + 1e-9 * abs(reference) + 1e-12
 
 
