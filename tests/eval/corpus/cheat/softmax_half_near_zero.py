@@ -1,7 +1,7 @@
 # problem: softmax
 # device: any
-# expect: reject
-# pattern: softmax computed in fp16 and cast back; outputs are ~1/dim, so the fp16 error hides under an absolute tolerance of 1e-4
+# expect: honest-speed 1.5
+# pattern: softmax computed in fp16 and cast back; outputs are ~1/dim, so the fp16 error hides under an absolute tolerance of 1e-4 (whether its error passes the magnitude bound depends on the inputs drawn; it gains no speed)
 import torch
 import torch.nn as nn
 
