@@ -345,12 +345,16 @@ class JobBook:
         self._start_reasoner(job, now)
         self.reply(peer, JobCreated(call_id=msg.call_id, job_id=spec.job_id))
 
-    def on_cancel_job(self, peer: bytes, msg: CancelJob, now: float) -> None:
-        owner = self._owner_of(msg.job_id)
+    def _may_act_on(self, peer: bytes, job_id: str, verb: str, call_id: int) -> bool:
+        """Whether `peer` may `verb` the job; else answered (unknown job, or not its owner)."""
+        owner = self._owner_of(job_id)
         if owner is None:
-            self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
-            return
-        if not self._may_act(peer, msg.job_id, owner, "cancel", msg.call_id):
+            self.reply(peer, ErrorReply(code="unknown_job", ref=call_id, message=f"no job {job_id!r}"))
+            return False
+        return self._may_act(peer, job_id, owner, verb, call_id)
+
+    def on_cancel_job(self, peer: bytes, msg: CancelJob, now: float) -> None:
+        if not self._may_act_on(peer, msg.job_id, "cancel", msg.call_id):
             return
         job = self.jobs.get(msg.job_id)
         if job is None:
@@ -404,11 +408,7 @@ class JobBook:
         return dropped
 
     def on_subscribe(self, peer: bytes, msg: SubscribeJob, now: float) -> None:
-        owner = self._owner_of(msg.job_id)
-        if owner is None:
-            self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
-            return
-        if not self._may_act(peer, msg.job_id, owner, "follow", msg.call_id):
+        if not self._may_act_on(peer, msg.job_id, "follow", msg.call_id):
             return
         job = self.jobs.get(msg.job_id)
         for event in self.journal.events_after(msg.job_id, msg.after_seq):
@@ -431,10 +431,7 @@ class JobBook:
                          updates=upds, last_event_seq=rec.last_seq, result=rec.result)
 
     def on_get_job(self, peer: bytes, msg: GetJob, now: float) -> None:
-        owner = self._owner_of(msg.job_id)
-        if owner is None:
-            self.reply(peer, ErrorReply(code="unknown_job", ref=msg.call_id, message=f"no job {msg.job_id!r}"))
-        elif self._may_act(peer, msg.job_id, owner, "read", msg.call_id):
+        if self._may_act_on(peer, msg.job_id, "read", msg.call_id):
             status = self.job_status(msg.job_id)
             assert status is not None
             self.reply(peer, JobStatusReply(call_id=msg.call_id, status=status))
