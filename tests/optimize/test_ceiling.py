@@ -1,0 +1,81 @@
+"""The ceiling of draft harvesting reads drafts the way the loop's inline-candidate trigger does."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specgen.engines.trace import Iteration, TraceBuilder
+from specgen.optimize.ceiling import ceiling, turn_ceiling
+from specgen.optimize.extraction import kernel_bodies
+from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_turn
+from specgen.optimize.triggers import InlineCodeBlock, TriggerContext, TriggerPolicy
+from tests.optimize.test_extraction import AFTER, CUDA_PROGRAM, PROSE, TRITON_PROGRAM
+
+
+def turn(reasoning: str, final: str) -> Iteration:
+    builder = TraceBuilder(token_rate=100.0, problem="scale", hand_written=False)
+    builder.add_iteration(reasoning, forks=[], final_text=f"Here it is:\n\n```python\n{final}```\n")
+    return builder.build().iterations[0]
+
+
+def harvested_at(iteration: Iteration, final: str) -> int | None:
+    """Reasoning tokens when the loop's inline trigger, fed the reasoning chunk by chunk, first
+    hands over a program with the final answer's kernels (None: never)."""
+    policy = TriggerPolicy([InlineCodeBlock()])
+    text, tokens = "", 0
+    for chunk in iteration.reasoning.chunks:
+        start, previous = len(text), tokens
+        text += chunk.text
+        tokens += len(chunk.token_ids)
+        decision = policy.decide(TriggerContext(iteration=0, reasoning_tokens=tokens, text=text,
+                                                new_text_start=start, previous_tokens=previous))
+        if decision and any(kernel_bodies(s) == kernel_bodies(final)
+                            for s in decision.inline_candidates):
+            return tokens
+    return None
+
+
+@pytest.mark.parametrize("fence", [True, False])
+def test_ceiling_stops_where_the_loop_harvests_the_final_kernel(fence: bool) -> None:
+    draft = f"```python\n{CUDA_PROGRAM}```\n" if fence else CUDA_PROGRAM
+    reasoning = (PROSE * 20 + "\nA first try:\n\n" + TRITON_PROGRAM + AFTER + PROSE * 10
+                 + "\nNow the CUDA version:\n\n" + draft + AFTER + PROSE * 10)
+    iteration = turn(reasoning, CUDA_PROGRAM)
+    result = turn_ceiling("scale", 0, iteration)
+    assert result.draft_position is not None and 0.4 < result.draft_position < 0.95
+    assert result.stop_tokens == harvested_at(iteration, CUDA_PROGRAM)
+
+
+def test_a_draft_only_the_end_of_the_reasoning_completes_is_not_harvested() -> None:
+    # Nothing after the program but the think-end tag: the loop's stream never shows it ended.
+    iteration = turn(PROSE * 20 + CUDA_PROGRAM, CUDA_PROGRAM)
+    assert harvested_at(iteration, CUDA_PROGRAM) is None
+    result = turn_ceiling("scale", 0, iteration)
+    assert result.draft_position is None and result.stop_tokens == result.total_tokens
+    # The same program fenced, its fence closed by a last line with its newline, is harvested.
+    fenced = turn(PROSE * 20 + f"```python\n{CUDA_PROGRAM}```\n", CUDA_PROGRAM)
+    assert turn_ceiling("scale", 0, fenced).stop_tokens == harvested_at(fenced, CUDA_PROGRAM)
+    assert turn_ceiling("scale", 0, fenced).draft_position == pytest.approx(1.0, abs=0.01)
+
+
+def test_ceiling_and_loop_agree_on_generated_turns() -> None:
+    library = CandidateLibrary.load()
+    problems = sorted({c.problem for c in library.candidates})
+    rng = random.Random("ceiling-agreement")
+    checked = drafted = 0
+    for index in range(24):
+        problem = problems[index % len(problems)]
+        reasoning, final_text, plan = generate_turn(problem, library, rng, LANGS)
+        builder = TraceBuilder(token_rate=100.0, problem=problem, hand_written=False)
+        builder.add_iteration(reasoning, forks=[], final_text=final_text)
+        iteration = builder.build().iterations[0]
+        final = final_text.split("```python\n", 1)[1].rsplit("```", 1)[0]
+        result = turn_ceiling(problem, 0, iteration)
+        loop = harvested_at(iteration, final)
+        assert result.stop_tokens == (loop if loop is not None else result.total_tokens)
+        checked += 1
+        drafted += loop is not None
+    assert checked == 24 and drafted > 0
+    pooled, turns = ceiling([])
+    assert pooled == 1.0 and turns == []
