@@ -9,6 +9,7 @@ The formats and rules are in `specgen.optimize.trace_import`'s docstring.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -18,8 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
     p = actions.add_parser(
         "import", help="turn chat-completion responses, <think> text or stream chunk logs into traces",
-        description="Import real reasoning into replayable traces, one per problem (a turn per "
-                    "iteration): chat-completion responses with reasoning_content (JSON or JSON "
+        description="Import real reasoning into replayable traces, one per conversation (a turn "
+                    "per iteration; independent samples of a problem are traces of their own): "
+                    "chat-completion responses with reasoning_content (JSON or JSON "
                     "Lines), plain text with <think>...</think> reasoning, or streamed chunk logs "
                     "with arrival times.")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="input files")
@@ -44,19 +46,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "(default: the records' model field)")
     p.add_argument("--think-end", default="</think>", help="the tag that closes the reasoning")
     p.add_argument("--force", action="store_true", help="replace traces that exist in --out")
+    p.add_argument("--max-record-mb", type=float, default=None, metavar="MB",
+                   help="the most text one record may hold (a JSON value, a stream's text, a plain-text "
+                        "turn); a larger one stops the import before it is read in full (default 8)")
     p.set_defaults(func=run_import)
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from specgen.optimize.trace_import import import_traces_detailed
+    from specgen.optimize.trace_import import MAX_RECORD_MB, ImportInterrupted, import_traces_detailed
 
-    imported = import_traces_detailed(
-        args.files, args.out, tokens_per_s=args.tokens_per_s, tokenizer=args.tokenizer,
-        prompt=args.prompt, problem=args.problem, problems_dirs=args.problems_dirs, model=args.model,
-        think_end=args.think_end, ttft_s=args.ttft_s, force=args.force)
+    warnings: list[str] = []
+    try:
+        imported = import_traces_detailed(
+            args.files, args.out, tokens_per_s=args.tokens_per_s, tokenizer=args.tokenizer,
+            prompt=args.prompt, problem=args.problem, problems_dirs=args.problems_dirs, model=args.model,
+            think_end=args.think_end, ttft_s=args.ttft_s, force=args.force,
+            max_record_mb=MAX_RECORD_MB if args.max_record_mb is None else args.max_record_mb,
+            on_warning=warnings.append)
+    except ImportInterrupted as exc:
+        # What the import wrote is gone again; the exit code is a shell's for the signal.
+        print(f"specgen trace: {exc}: nothing was imported", file=sys.stderr)
+        return 128 + exc.signum
     for item in imported:
-        line = f"wrote {item.path} (problem {item.problem}, {item.turns} turn(s), timing {item.timing})"
+        sample = "" if item.sample is None else f", sample {item.sample}"
+        line = f"wrote {item.path} (problem {item.problem}{sample}, {item.turns} turn(s), timing {item.timing})"
         if item.problem_source is not None:
             line += f"; problem program {item.problem_source}"
         print(line)
+    for warning in warnings:
+        print(f"warning: {warning}")
     return 0

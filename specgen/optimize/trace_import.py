@@ -3,11 +3,14 @@
     specgen trace import FILE... --out DIR [--tokens-per-s R] [--tokenizer DIR] [--prompt FILE]
     specgen.optimize.trace_import.import_traces(paths, out_dir, ...) -> [trace paths]
 
-One trace file (`<problem>.trace.json`) is written per problem, with one iteration per turn. The
-inputs are what users already have; nothing is annotated by hand, and imported traces hold no
-pre-written fork outputs (`forks` is empty: forks are written at replay time by a fork model).
+One trace file is written per conversation, with one iteration per turn: `<problem>.trace.json`
+when the problem has one, else `<problem>.<sample>.trace.json` each (the sample field's value, or
+the conversation's index in input order from 0). The inputs are what users already have; nothing
+is annotated by hand, and imported traces hold no pre-written fork outputs (`forks` is empty:
+forks are written at replay time by a fork model).
 
-Accepted input (each file is detected by its content; several kinds may be given at once):
+Accepted input (each file is detected by its content; several kinds may be given at once). Files
+are UTF-8, with or without a byte-order mark, with LF or CRLF line ends:
 
 1. Chat-completion responses, as one JSON document (an object or an array of them), as JSON Lines,
    or as JSON objects one after another. A record is any of
@@ -44,8 +47,29 @@ embedded source (class Model, get_inputs, get_init_inputs) that matches none is 
 trace as `imported_<hash>.py`, and the trace names that problem, so it is still usable. A problem
 found in a `--problems` directory is copied next to the trace as well.
 
+Conversations: independent samples of a problem are traces of their own; a bench replays a trace's
+turns as iterations with feedback between them, which independent samples never had. Turns are
+one conversation when the input says so: the turns of one conversation record, or of one
+plain-text file; records of a problem with the same `sample` / `sample_id` / `sample_index` /
+`conversation_id` field (top level or `metadata`; then every record of the problem needs one);
+records numbered by a turn field, each number once; or a record whose chat shows the last turn of
+an earlier one: that turn's answer as an assistant message with a message after it (the feedback),
+or a code block of that answer, new to its chat, quoted in the later prompt (a loop that starts
+each iteration afresh, as specgen's own does). When turn numbers repeat without sample fields, a
+later turn must show which conversation it continues.
+
 Turn order: an explicit `turn` / `iteration` / `turn_index` field (top level or `metadata`) when every
-turn of a problem has one, else the order of the files and of the records in them.
+turn of a conversation has one, else the order of the files and of the records in them.
+
+Duplicates: a record with the same problem, chat, reasoning and answer as an earlier one (logged
+twice, a file given twice) is imported once; records that repeat an earlier record's id
+(`custom_id`, `id`) with other content are imported, and both are reported, a warning line per
+kind with counts (`on_warning`; the CLI prints them after what it wrote).
+
+Size: a record (a JSON value, the text of a stream, a plain-text turn) may hold `max_record_mb`
+(`--max-record-mb`, default `MAX_RECORD_MB`) of text; importing costs some 200 times a turn's text
+in memory. Files are read a block at a time, so a larger record stops the import before it is read
+in full, with an error naming the file, the line and the record.
 
 Timing: a stream with arrival times keeps its real token-time curve (`timing: "recorded"`). Any
 other turn is timed at `tokens_per_s` (required then; `timing: "rate"`, `token_rate` the rate), the
@@ -62,12 +86,16 @@ blank line unless the answer begins with white space, and the answer (no answer:
 Errors (`TraceImportError`, a `UsageError`: one line, exit code 2 from the CLI) name the file, the
 line and the field. Nothing is half-imported: everything is written to a temporary directory inside
 the output directory and moved into place only when every input imported; on any error what this
-call wrote is removed (and files it would replace are restored).
+call wrote is removed (and files it would replace are restored). So it is on SIGINT and SIGTERM:
+during an import SIGTERM raises `ImportInterrupted` (the CLI exits 143, SIGINT 130), and signals
+that come while the import undoes its writes, or once its files are in place, wait until it is done.
 """
 from __future__ import annotations
 
 import ast
 import bisect
+import codecs
+import contextlib
 import datetime as _datetime
 import hashlib
 import json
@@ -75,10 +103,13 @@ import math
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from specgen.engines.base import EngineError
 from specgen.engines.trace import HUGGINGFACE_KIND, Chunk, Iteration, Segment, Trace, TraceMetadata
@@ -93,6 +124,10 @@ _MAX_JOINED_SPACE = 16           # runs of indentation join further
 TIME_KEYS = ("t", "time", "arrival_time", "arrival", "timestamp", "ts")
 PROBLEM_KEYS = ("problem", "problem_name")
 TURN_KEYS = ("turn", "iteration", "turn_index")
+SAMPLE_KEYS = ("sample", "sample_id", "sample_index", "conversation_id")
+ID_KEYS = ("custom_id", "id")
+_FIELD_KEYS = frozenset((*PROBLEM_KEYS, *TURN_KEYS, *SAMPLE_KEYS, "metadata"))   # a chunk line may carry them
+MAX_RECORD_MB = 8.0              # a real reasoning record is well under 1 MB; importing costs ~200x its text in memory
 _ABSOLUTE_TIME_S = 1e6           # times above this are clock times, not seconds since the request
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _CLASS_MODEL = re.compile(r"^class[ \t]+Model\b[ \t]*[(:]", re.MULTILINE)
@@ -184,6 +219,14 @@ class _Turn:
     reasoning_times: _Timeline | None = None   # None: rate timing
     final_times: _Timeline | None = None
     order: int = 0                         # input order over all files
+    unit: int = 0                          # turns of one unit (a record, a plain-text file) share it
+    sample: str | None = None              # an explicit sample (conversation) key
+    sample_field: str = "sample"
+    record_id: str | None = None           # the record's own id (custom_id, id), for duplicates
+
+    def answer(self, think_end: str) -> str:
+        """The answer without the think-end tag (as a chat history holds it)."""
+        return (self.final[len(think_end):] if self.final.startswith(think_end) else self.final).strip()
 
 
 @dataclass
@@ -192,6 +235,7 @@ class _Settings:
     think_start: str
     prompt: list[dict[str, str]] | None
     ttft_s: float
+    max_record_chars: int = int(MAX_RECORD_MB * 1e6)
 
 
 def _think_start(think_end: str) -> str:
@@ -240,76 +284,236 @@ def _reasoning_turn(place: _Place, reasoning: str | None, answer: str | None, *,
         f"an answer holding {settings.think_end!r}", reasoning_field)
 
 
-# -- reading JSON records --------------------------------------------------------------------------
+# -- reading files ---------------------------------------------------------------------------------
 
 
-_WS = re.compile(r"\s*")
+_WS = re.compile(r"[\s\ufeff]*")     # a byte-order mark where files were joined counts as space
+_BLOCK_BYTES = 1 << 20
+_CUT_ERROR_CHARS = 64                # a JSON error this close to the end of what was read may be a cut
 
 
-def _json_values(text: str, path: str) -> Iterator[tuple[int, Any]]:
-    """(line, value) of every record: a top-level array's elements, or each of a sequence of JSON
-    values (JSON Lines, concatenated objects, SSE `data:` lines)."""
-    decoder = json.JSONDecoder()
-    length = len(text)
+def _megabytes(chars: int) -> str:
+    return f"{chars / 1e6:g} MB"
 
-    def fail(exc: json.JSONDecodeError, record_offset: int) -> TraceImportError:
-        line = line_of(record_offset)
-        at = f"column {exc.colno}" if exc.lineno == line else f"line {exc.lineno}, column {exc.colno}"
-        return TraceImportError(f"{path}, line {line}: not valid JSON (truncated or malformed: {exc.msg} "
-                                f"at {at})")
 
-    counted = [0, 1]              # offset counted up to, line number there (records come in order)
+class _Text:
+    """A file's text, read a block at a time as the parsing asks for it, so that memory holds about
+    one record (and a block) however large the file is, and a record over the limit is refused
+    before the rest of it is read. UTF-8 with or without a byte-order mark; CRLF line ends are read
+    as LF (a lone CR is text). `pos` is where the parsing is; what lies before it is dropped when
+    more is read, so offsets into `text` hold only until the next `fill`."""
 
-    def line_of(offset: int) -> int:
-        done, line = counted
+    def __init__(self, path: str, handle: BinaryIO, limit: int) -> None:
+        self.path = path
+        self.limit = limit                 # characters a record may span
+        self.text = ""
+        self.pos = 0
+        self.eof = False
+        self._handle = handle
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")()
+        self._bytes = 0                    # bytes read before the block being decoded
+        self._held_cr = False              # a block ended in CR: the next may start with its LF
+        self._line = 1                     # line number at text[0]
+        self._column = 0                   # characters of that line before text[0]
+        self._counted = (0, 1)             # (offset, its line): lines are counted forward
+
+    def fill(self, at_least: int = 0) -> bool:
+        """Read on (a block, or about `at_least` characters when more); False at the end."""
+        if self.eof:
+            return False
+        if self.pos:
+            self._drop(self.pos)
+        try:
+            data = self._handle.read(max(_BLOCK_BYTES, at_least))
+        except OSError as exc:
+            raise TraceImportError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        try:
+            chunk = self._decoder.decode(data, not data)
+        except UnicodeDecodeError as exc:
+            skipped = 3 if self._bytes == 0 and data.startswith(codecs.BOM_UTF8) else 0
+            raise TraceImportError(f"{self.path}: not UTF-8 text ({exc.reason} at byte "
+                                   f"{self._bytes + skipped + exc.start})") from None
+        self._bytes += len(data)
+        if self._held_cr:
+            chunk, self._held_cr = "\r" + chunk, False
+        if data and chunk.endswith("\r"):
+            chunk, self._held_cr = chunk[:-1], True
+        self.text += chunk.replace("\r\n", "\n")
+        self.eof = not data
+        return True
+
+    def _drop(self, count: int) -> None:
+        newline = self.text.rfind("\n", 0, count)
+        self._column = count - newline - 1 if newline >= 0 else self._column + count
+        self._line = self.line_at(count)
+        self.text = self.text[count:]
+        self.pos -= count
+        self._counted = (0, self._line)
+
+    def line_at(self, offset: int) -> int:
+        done, line = self._counted
         if offset < done:
-            return text.count("\n", 0, offset) + 1
-        line += text.count("\n", done, offset)
-        counted[:] = [offset, line]
+            done, line = 0, self._line
+        line += self.text.count("\n", done, offset)
+        self._counted = (offset, line)
         return line
 
-    position = _WS.match(text, 0).end()
-    if position < length and text[position] == "[":
-        position = _WS.match(text, position + 1).end()
-        if position < length and text[position] == "]":
-            return
+    def column_at(self, offset: int) -> int:
+        newline = self.text.rfind("\n", 0, offset)
+        return offset - newline if newline >= 0 else self._column + offset + 1
+
+    def startswith(self, prefix: str) -> bool:
+        while len(self.text) - self.pos < len(prefix) and self.fill():
+            pass
+        return self.text.startswith(prefix, self.pos)
+
+    def skip_space(self) -> None:
         while True:
-            try:
-                value, end = decoder.raw_decode(text, position)
-            except json.JSONDecodeError as exc:
-                raise fail(exc, position) from None
-            yield line_of(position), value
-            position = _WS.match(text, end).end()
-            if position < length and text[position] == ",":
-                position = _WS.match(text, position + 1).end()
-                continue
-            if position < length and text[position] == "]":
-                rest = _WS.match(text, position + 1).end()
-                if rest < length:
-                    raise TraceImportError(f"{path}, line {line_of(rest)}: text after the JSON array")
+            self.pos = _WS.match(self.text, self.pos).end()
+            if self.pos < len(self.text) or not self.fill():
                 return
-            raise fail(json.JSONDecodeError("expected ',' or ']'", text, min(position, length)), position)
-    while position < length:
-        if text.startswith("data:", position):         # server-sent events
-            position = _WS.match(text, position + 5).end()
-            if text.startswith("[DONE]", position):
-                position = _WS.match(text, position + 6).end()
+
+    def at_end(self) -> bool:
+        self.skip_space()
+        return self.pos >= len(self.text)
+
+    def lead(self) -> str:
+        """The text from the first character that is not white space on (a few characters at least,
+        where the file has them), without moving `pos`; "" for a blank file."""
+        while True:
+            start = _WS.match(self.text, self.pos).end()
+            if len(self.text) - start >= 8 or self.eof:
+                return self.text[start:start + 8]
+            if start - self.pos > self.limit:
+                raise TraceImportError(f"{self.path}, line 1: more than {_megabytes(self.limit)} of white "
+                                       "space before anything to import")
+            self.fill()
+
+    def find(self, sub: str, start: int, too_large: Callable[[], TraceImportError]) -> int:
+        """Where `sub` first occurs at or after `pos + start`, as an offset from `pos`, reading on as
+        needed; -1 when the file ends first. The text from `pos` to the end of `sub` (or, when there
+        is none, to the end of the file) must stay within the limit."""
+        searched = start
+        while True:
+            found = self.text.find(sub, self.pos + searched)
+            if found >= 0:
+                if found + len(sub) - self.pos > self.limit:
+                    raise too_large()
+                return found - self.pos
+            if len(self.text) - self.pos > self.limit:
+                raise too_large()
+            searched = max(start, len(self.text) - self.pos - len(sub) + 1)
+            if not self.fill():
+                return -1
+
+    def skip_line(self, too_large: Callable[[], TraceImportError]) -> None:
+        newline = self.find("\n", 0, too_large)
+        self.pos = len(self.text) if newline < 0 else self.pos + newline + 1
+
+    def decode(self, decoder: json.JSONDecoder, too_large: Callable[[], TraceImportError],
+               fail: Callable[[json.JSONDecodeError], TraceImportError]) -> Any:
+        """The JSON value at `pos`, reading on while it is incomplete, and never more than the
+        limit of it: a value that has not ended within the limit is refused unparsed."""
+        while True:
+            start = self.pos
+            try:
+                value, end = decoder.raw_decode(self.text, start)
+            except json.JSONDecodeError as exc:
+                cut = not self.eof and (exc.msg.startswith("Unterminated string")
+                                        or len(self.text) - exc.pos <= _CUT_ERROR_CHARS)
+                if not cut:
+                    raise fail(exc) from None
+                if len(self.text) - start > self.limit:
+                    raise too_large() from None
+                self.fill(len(self.text) - start)
                 continue
-        elif text.startswith(("event:", "id:", "retry:", ":"), position):
-            newline = text.find("\n", position)
-            position = length if newline < 0 else _WS.match(text, newline).end()
+            if end - start > self.limit:
+                raise too_large()
+            if end >= len(self.text) and not self.eof:
+                self.fill(len(self.text) - start)     # a number at the end of a block may go on
+                continue
+            self.pos = end
+            return value
+
+
+def _json_values(source: _Text) -> Iterator[tuple[int, Any]]:
+    """(line, value) of every record: a top-level array's elements, or each of a sequence of JSON
+    values (JSON Lines, concatenated objects, SSE `data:` lines). Records are read one at a time."""
+    decoder = json.JSONDecoder()
+    path = source.path
+    number = 0
+
+    def record() -> tuple[int, Any]:
+        nonlocal number
+        number += 1
+        line = source.line_at(source.pos)
+        ordinal = number
+
+        def too_large() -> TraceImportError:
+            return TraceImportError(
+                f"{path}, line {line}: record {ordinal} is larger than {_megabytes(source.limit)}, the "
+                "limit per record (--max-record-mb sets it)")
+
+        def fail(exc: json.JSONDecodeError) -> TraceImportError:
+            error_line = source.line_at(exc.pos)
+            column = source.column_at(exc.pos)
+            at = f"column {column}" if error_line == line else f"line {error_line}, column {column}"
+            return TraceImportError(f"{path}, line {line}: not valid JSON (truncated or malformed: "
+                                    f"{exc.msg} at {at})")
+
+        return line, source.decode(decoder, too_large, fail)
+
+    def line_too_large() -> TraceImportError:
+        return TraceImportError(f"{path}, line {source.line_at(source.pos)}: a line longer than "
+                                f"{_megabytes(source.limit)}, the limit per record (--max-record-mb sets it)")
+
+    source.skip_space()
+    if source.startswith("["):
+        source.pos += 1
+        source.skip_space()
+        if source.startswith("]"):
+            source.pos += 1
+        else:
+            while True:
+                yield record()
+                source.skip_space()
+                if source.startswith(","):
+                    source.pos += 1
+                    source.skip_space()
+                    continue
+                if source.startswith("]"):
+                    source.pos += 1
+                    break
+                line = source.line_at(source.pos)
+                raise TraceImportError(
+                    f"{path}, line {line}: not valid JSON (truncated or malformed: expected ',' or ']' "
+                    f"at column {source.column_at(source.pos)})")
+        if not source.at_end():
+            raise TraceImportError(f"{path}, line {source.line_at(source.pos)}: text after the JSON array")
+        return
+    while not source.at_end():
+        if source.text[source.pos] not in _SSE_STARTS:
+            yield record()
             continue
-        try:
-            value, end = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
-            raise fail(exc, position) from None
-        yield line_of(position), value
-        position = _WS.match(text, end).end()
+        if source.startswith("data:"):         # server-sent events
+            source.pos += 5
+            source.skip_space()
+            if source.startswith("[DONE]"):
+                source.pos += 6
+                continue
+            if source.pos >= len(source.text):
+                return
+        elif any(source.startswith(prefix) for prefix in ("event:", "id:", "retry:", ":")):
+            source.skip_line(line_too_large)
+            continue
+        yield record()
 
 
-def _is_json(text: str) -> bool:
-    stripped = text.lstrip()
-    return stripped[:1] in ("{", "[") or stripped.startswith("data:")
+_SSE_STARTS = frozenset("deir:")          # first letters of the SSE fields data:, event:, id:, retry:, and :
+
+
+def _is_json(lead: str) -> bool:
+    return lead[:1] in ("{", "[") or lead.startswith("data:")
 
 
 def _dict(value: Any) -> dict[str, Any] | None:
@@ -384,12 +588,32 @@ def _turn_fields(turn: _Turn, containers: list[tuple[str, dict[str, Any] | None]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise place.error(f"must be a non-negative integer (the turn's number), got {value!r}", where)
         turn.turn = value
+    found = _explicit(place, containers, SAMPLE_KEYS)
+    if found is not None:
+        value, where = found
+        if isinstance(value, bool) or not (isinstance(value, int) and value >= 0
+                                           or isinstance(value, str) and value.strip()):
+            raise place.error(f"must be a non-negative integer or a non-empty string (the sample), got {value!r}",
+                              where)
+        turn.sample, turn.sample_field = str(value).strip(), where
+    if turn.record_id is None:
+        turn.record_id = _record_id(containers)
     for prefix, container in containers:
         if container is not None and isinstance(container.get("model"), str) and container["model"]:
             turn.model = turn.model or container["model"]
         if container is not None and isinstance(container.get("created"), (int, float)) \
                 and not isinstance(container.get("created"), bool) and turn.created is None:
             turn.created = float(container["created"])
+
+
+def _record_id(containers: list[tuple[str, dict[str, Any] | None]]) -> str | None:
+    """A record's own id: the batch `custom_id`, else the first `id` (a response's, a chunk's)."""
+    for key in ID_KEYS:
+        for _, container in containers:
+            value = container.get(key) if container is not None else None
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+                return str(value)
+    return None
 
 
 def _metadata_containers(prefix: str, record: dict[str, Any] | None) -> list[tuple[str, dict[str, Any] | None]]:
@@ -684,17 +908,22 @@ def _conversation_turns(place: _Place, raw_messages: list[Any], settings: _Setti
     return turns
 
 
-def _json_turns(path: str, text: str, settings: _Settings) -> list[_Turn]:
+def _json_turns(source: _Text, settings: _Settings) -> list[_Turn]:
+    path = source.path
     turns: list[_Turn] = []
     stream: _Stream | None = None
+    stream_chars = 0
+    units = 0
 
     def close() -> None:
-        nonlocal stream
+        nonlocal stream, units
         if stream is not None:
-            turns.append(_finish_stream(stream, settings))
+            turn = _finish_stream(stream, settings)
+            turn.unit, units = units, units + 1
+            turns.append(turn)
             stream = None
 
-    for line, record in _json_values(text, path):
+    for line, record in _json_values(source):
         place = _Place(path, line)
         if not isinstance(record, dict):
             raise place.error(f"a record must be a JSON object, got {type(record).__name__}")
@@ -708,17 +937,26 @@ def _json_turns(path: str, text: str, settings: _Settings) -> list[_Turn]:
                 stream = _Stream(place=place)
             if stream.chunk_id is None:
                 stream.chunk_id = chunk_id
-            if not stream.chunks or any(key in record or key in chunk for key in (*PROBLEM_KEYS, *TURN_KEYS, "metadata")):
+            if not stream.chunks or not _FIELD_KEYS.isdisjoint(record) or not _FIELD_KEYS.isdisjoint(chunk):
                 stream.containers += _metadata_containers("", record) + (
                     [(prefix, chunk)] if prefix else [])
             stream.delta_field = _join(prefix, "choices[0].delta")
-            stream.chunks.append(_read_stream_chunk(place, record, prefix, chunk))
+            piece = _read_stream_chunk(place, record, prefix, chunk)
+            stream_chars = (stream_chars if stream.chunks else 0) + len(piece.reasoning) + len(piece.content)
+            if stream_chars > settings.max_record_chars:
+                raise stream.place.error(
+                    f"the stream that starts here holds more than {_megabytes(settings.max_record_chars)} "
+                    "of text, the limit per record (--max-record-mb sets it)")
+            stream.chunks.append(piece)
             continue
         if isinstance(record.get("choices"), list) and not record["choices"] and stream is not None:
             continue                  # a usage-only chunk at a stream's end
         completed = _completion_turns(place, record, settings)
         close()
         if completed is not None:
+            for turn in completed:
+                turn.unit = units
+            units += 1
             turns.extend(completed)
             continue
         # A request: it opens the stream of the chunks that follow.
@@ -737,22 +975,34 @@ def _json_turns(path: str, text: str, settings: _Settings) -> list[_Turn]:
     return turns
 
 
-def _plain_text_turns(path: str, text: str, settings: _Settings) -> list[_Turn]:
+def _plain_text_turns(source: _Text, settings: _Settings) -> list[_Turn]:
+    """The turns of a plain-text file, one at a time: a turn runs from one opening think tag to the
+    next, and must stay within the limit per record."""
+    path = source.path
     turns = []
-    position = 0
     think_end, think_start = settings.think_end, settings.think_start
+    while source.lead():              # something but white space is left
+        line = source.line_at(source.pos)
+        place = _Place(path, line)
+        number = len(turns) + 1
 
-    def line_of(offset: int) -> int:
-        return text.count("\n", 0, offset) + 1
+        def too_large() -> TraceImportError:
+            return place.error(f"turn {number} is larger than {_megabytes(source.limit)}, the limit per "
+                               "record (--max-record-mb sets it)", "text")
 
-    while position < len(text) and text[position:].strip():
-        place = _Place(path, line_of(position))
-        end = text.find(think_end, position)
+        end = source.find(think_end, 0, too_large)
         if end < 0:
-            raise place.error(f"no reasoning: turn {len(turns) + 1} has no {think_end!r} closing its reasoning",
-                              "text")
-        following = text.find(think_start, end + len(think_end)) if think_start else -1
-        stop = following if following >= 0 else len(text)
+            raise place.error(f"no reasoning: turn {number} has no {think_end!r} closing its reasoning", "text")
+        following = source.find(think_start, end + len(think_end), too_large) if think_start else -1
+        if following < 0:
+            while source.fill():
+                if len(source.text) - source.pos > source.limit:
+                    raise too_large()
+            if len(source.text) - source.pos > source.limit:
+                raise too_large()
+        text, position = source.text, source.pos
+        end += position
+        stop = position + following if following >= 0 else len(text)
         head = text[position:end]
         opened = head.lstrip()
         start = position + (len(head) - len(opened))
@@ -762,35 +1012,54 @@ def _plain_text_turns(path: str, text: str, settings: _Settings) -> list[_Turn]:
             start = position
         reasoning = text[start:end]
         if not reasoning.strip():
-            raise place.error(f"no reasoning: turn {len(turns) + 1} has nothing before {think_end!r}", "text")
+            raise place.error(f"no reasoning: turn {number} has nothing before {think_end!r}", "text")
         final = text[end:stop]
         if following >= 0:
             final = final.rstrip() + "\n"
         turns.append(_Turn(place, reasoning, final, settings.prompt, "text"))
-        position = stop
+        source.pos = stop
     if not turns:
         raise TraceImportError(f"{path}, line 1: empty: no reasoning to import")
     return turns
 
 
+def _decoded(data: bytes, path: Path) -> str:
+    """A small file's text: UTF-8, a byte-order mark dropped, CRLF read as LF."""
+    try:
+        return data.decode("utf-8-sig").replace("\r\n", "\n")
+    except UnicodeDecodeError as exc:
+        skipped = 3 if data.startswith(codecs.BOM_UTF8) else 0
+        raise TraceImportError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start + skipped})") from None
+
+
 def _read_file(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return _decoded(path.read_bytes(), path)
     except FileNotFoundError:
         raise TraceImportError(f"{path}: does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise TraceImportError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise TraceImportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def read_turns(path: Path, settings: _Settings) -> list[_Turn]:
-    text = _read_file(path)
-    if not text.strip():
-        raise TraceImportError(f"{path}, line 1: empty: nothing to import")
-    if _is_json(text):
-        return _json_turns(str(path), text, settings)
-    return _plain_text_turns(str(path), text, settings)
+    """The turns of one input file, read a block at a time (see `_Text`)."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise TraceImportError(f"{path}: does not exist") from None
+    except OSError as exc:
+        raise TraceImportError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with handle:
+        source = _Text(str(path), handle, settings.max_record_chars)
+        lead = source.lead()
+        if not lead:
+            raise TraceImportError(f"{path}, line 1: empty: nothing to import")
+        if _is_json(lead):
+            return _json_turns(source, settings)
+        turns = _plain_text_turns(source, settings)
+    for turn in turns:
+        turn.unit = 0                 # a plain-text file is one conversation: its turns in order
+    return turns
 
 
 # -- problems --------------------------------------------------------------------------------------
@@ -1121,6 +1390,93 @@ class ImportedTrace:
     turns: int
     timing: str
     problem_source: Path | None    # the problem program written beside it, if any
+    sample: str | None = None      # which of the problem's traces, when it has several
+
+
+class TraceImportWarning(UserWarning):
+    """Something in the input that was imported with care (duplicates); the import went on."""
+
+
+class ImportInterrupted(BaseException):
+    """SIGTERM arrived during an import. Raised where the import was, so that it removes what it
+    wrote; a BaseException, as KeyboardInterrupt is, so that handlers of errors let it through."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class _Interrupts:
+    """While an import runs SIGTERM raises `ImportInterrupted` (SIGINT raises KeyboardInterrupt, as
+    always), so that the import removes its staging folder and undoes its moves instead of dying
+    with them in `--out`. While it undoes them, and once its files are in place, signals wait:
+    in the first case they are raised when the undoing is done, in the second they are delivered
+    again, to the handlers of before, when the import returns. Handlers can be set only in the main
+    thread; elsewhere signals are left as they are."""
+
+    def __init__(self) -> None:
+        self._active = threading.current_thread() is threading.main_thread()
+        self._previous: dict[int, Any] = {}
+        self._holding = 0
+        self._committed = False
+        self._pending: int | None = None
+
+    def __enter__(self) -> "_Interrupts":
+        if self._active:
+            self._install(signal.SIGTERM, lambda previous: previous is not signal.SIG_IGN and previous is not None)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, previous in reversed(list(self._previous.items())):
+            signal.signal(signum, previous)
+        self._previous.clear()
+        pending, self._pending = self._pending, None
+        if pending is not None and self._committed:
+            signal.raise_signal(pending)
+
+    def _install(self, signum: int, wanted: Callable[[Any], bool]) -> None:
+        previous = signal.getsignal(signum)
+        if signum not in self._previous and wanted(previous):
+            self._previous[signum] = previous
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self._holding:
+            self._pending = self._pending or signum
+            return
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise ImportInterrupted(signum)
+
+    def _hold(self) -> None:
+        self._holding += 1
+        if self._active and self._holding == 1:
+            # Only Python's own SIGINT handler is stood in for: a program's own, or SIG_IGN, stays.
+            self._install(signal.SIGINT, lambda previous: previous is signal.default_int_handler)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Signals wait until the block is done, then are raised (a signal wins over an error)."""
+        self._hold()
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding and not self._committed:
+                if signal.SIGINT in self._previous:
+                    signal.signal(signal.SIGINT, self._previous.pop(signal.SIGINT))
+                pending, self._pending = self._pending, None
+                if pending is not None:
+                    self._raise(pending)
+
+    def commit(self) -> None:
+        """The files are in place: from now on a signal waits until the import returns."""
+        self._hold()
+        self._committed = True
 
 
 def _safe_file_name(name: str) -> str:
@@ -1146,8 +1502,11 @@ def import_traces(
     think_end: str = "</think>",
     ttft_s: float = 0.5,
     force: bool = False,
+    max_record_mb: float = MAX_RECORD_MB,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    """Import reasoning logs into one trace file per problem under `out_dir`; returns their paths.
+    """Import reasoning logs into trace files under `out_dir` (one per conversation; see the module
+    docstring); returns their paths.
 
     Args:
         paths: input files (see the module docstring for the formats).
@@ -1161,10 +1520,15 @@ def import_traces(
         think_end: the tag that closes the reasoning.
         ttft_s: seconds from the request to the first token under rate timing.
         force: replace trace files that already exist in `out_dir`.
+        max_record_mb: the most text one record may hold (a JSON value, a stream's text, a
+            plain-text turn), in MB (10^6 characters); a larger one stops the import.
+        on_warning: called with each warning line (duplicates); default: `warnings.warn` with a
+            `TraceImportWarning`.
     """
     return [item.path for item in import_traces_detailed(
         paths, out_dir, tokens_per_s=tokens_per_s, tokenizer=tokenizer, prompt=prompt, problem=problem,
-        problems_dirs=problems_dirs, model=model, think_end=think_end, ttft_s=ttft_s, force=force)]
+        problems_dirs=problems_dirs, model=model, think_end=think_end, ttft_s=ttft_s, force=force,
+        max_record_mb=max_record_mb, on_warning=on_warning, _caller_depth=2)]
 
 
 def import_traces_detailed(
@@ -1180,83 +1544,271 @@ def import_traces_detailed(
     think_end: str = "</think>",
     ttft_s: float = 0.5,
     force: bool = False,
+    max_record_mb: float = MAX_RECORD_MB,
+    on_warning: Callable[[str], None] | None = None,
+    _caller_depth: int = 1,
 ) -> list[ImportedTrace]:
-    """`import_traces`, returning what was written for each problem."""
-    paths = [Path(p) for p in paths]
+    """`import_traces`, returning what was written for each trace."""
+    with _Interrupts() as interrupts:
+        return _import(
+            [Path(p) for p in paths], Path(out_dir), tokens_per_s=tokens_per_s, tokenizer=tokenizer,
+            prompt=prompt, problem=problem, problems_dirs=problems_dirs, model=model, think_end=think_end,
+            ttft_s=ttft_s, force=force, max_record_mb=max_record_mb, interrupts=interrupts,
+            warn=on_warning or _python_warnings(_caller_depth))
+
+
+def _python_warnings(depth: int) -> Callable[[str], None]:
+    """Warning lines as `TraceImportWarning`s, shown at the line that called the import."""
+    return lambda line: warnings.warn(line, TraceImportWarning, stacklevel=depth + 4)
+
+
+def _import(paths: list[Path], out_dir: Path, *, tokens_per_s: float | None, tokenizer: str | Path | None,
+            prompt: str | Path | None, problem: str | None, problems_dirs: Sequence[str | Path],
+            model: str | None, think_end: str, ttft_s: float, force: bool, max_record_mb: float,
+            interrupts: _Interrupts, warn: Callable[[str], None]) -> list[ImportedTrace]:
     if not paths:
         raise TraceImportError("no input files given")
     if tokens_per_s is not None and not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
         raise TraceImportError(f"--tokens-per-s must be > 0, got {tokens_per_s}")
     if not (math.isfinite(ttft_s) and ttft_s >= 0):
         raise TraceImportError(f"--ttft-s must be >= 0, got {ttft_s}")
+    if not (math.isfinite(max_record_mb) and max_record_mb > 0):
+        raise TraceImportError(f"--max-record-mb must be > 0, got {max_record_mb}")
     if not think_end:
         raise TraceImportError("--think-end must not be empty")
     prompt_messages = None
     if prompt is not None:
         prompt_messages = [{"role": "user", "content": _read_file(Path(prompt))}]
     settings = _Settings(think_end=think_end, think_start=_think_start(think_end), prompt=prompt_messages,
-                         ttft_s=ttft_s)
+                         ttft_s=ttft_s, max_record_chars=max(1, int(max_record_mb * 1e6)))
     index = _ProblemIndex([Path(d) for d in problems_dirs])
 
     # Read everything first: nothing is written unless every input imports.
-    groups: dict[str, list[_Turn]] = {}
+    records: list[_Record] = []
     sources: dict[str, str | None] = {}
-    files_of: dict[str, list[str]] = {}
     order = 0
     for path in paths:
+        units: dict[tuple[int, str], _Record] = {}
         for turn in read_turns(path, settings):
             if turn.messages is None:
                 turn.messages = prompt_messages
             turn.order = order
             order += 1
             resolved = _resolve_problem(turn, index, problem)
-            groups.setdefault(resolved.name, []).append(turn)
+            unit = units.get((turn.unit, resolved.name))
+            if unit is None:
+                unit = units[(turn.unit, resolved.name)] = _Record(resolved.name, [])
+                records.append(unit)
+            unit.turns.append(turn)
             if sources.get(resolved.name) is None:
                 sources[resolved.name] = resolved.write_source
-            files = files_of.setdefault(resolved.name, [])
-            if str(path) not in files:
-                files.append(str(path))
+    by_problem: dict[str, list[_Record]] = {}
+    for record in _deduplicated(records, warn):
+        by_problem.setdefault(record.problem, []).append(record)
 
     tokens_shared = _HFTokens(str(tokenizer)) if tokenizer is not None else None
-    traces: list[tuple[str, Trace, str | None]] = []
-    for name, turns in groups.items():
-        turns = _ordered(name, turns)
-        recorded = [turn for turn in turns if turn.reasoning_times is not None]
-        timed_by_rate = [turn for turn in turns if turn.reasoning_times is None]
-        if recorded and timed_by_rate:
-            raise timed_by_rate[0].place.error(
-                f"problem {name!r} mixes turns with arrival times ({recorded[0].place.file}, line "
-                f"{recorded[0].place.line}) and turns without; import them separately", "t")
-        if timed_by_rate and tokens_per_s is None:
-            raise timed_by_rate[0].place.error(
-                "no arrival times: this turn has no token timing, so give --tokens-per-s RATE (rate timing)",
-                "t")
-        timing = "recorded" if recorded else "rate"
-        tokens = tokens_shared or _Pieces()
-        iterations = []
-        for turn in turns:
-            reasoning = _segment(turn.reasoning, tokens, 0, turn.reasoning_times, tokens_per_s, ttft_s)
-            final = _segment(turn.final, tokens, reasoning.num_tokens, turn.final_times, tokens_per_s, ttft_s)
-            iterations.append(Iteration(reasoning=reasoning, final=final, forks=[],
-                                        messages=[dict(m) for m in turn.messages] if turn.messages else None))
-        models = list(dict.fromkeys(turn.model for turn in turns if turn.model))
-        files = files_of[name]
-        metadata = TraceMetadata(
-            model=model or ", ".join(models) or "unknown",
-            tokenizer=tokens.spec(),
-            hand_written=False,
-            problem=name,
-            token_rate=float(tokens_per_s) if timing == "rate" else None,
-            notes=f"imported by specgen trace import from {', '.join(files)}: {len(turns)} turn(s), "
-                  + ("arrival times as recorded" if timing == "recorded" else f"timed at {tokens_per_s:g} tokens/s"),
-            think_end=think_end,
-            created=_iso(next((turn.created for turn in turns if turn.created is not None), None)),
-            timing=timing,
-            imported_from=files,
-        )
-        vocab = list(tokens.vocab) if tokens.kind == PIECES_KIND else None
-        traces.append((name, Trace(metadata=metadata, iterations=iterations, vocab=vocab), sources.get(name)))
-    return _write_all(Path(out_dir), traces, force)
+    traces: list[tuple[str, str | None, Trace, str | None]] = []
+    for name, problem_records in by_problem.items():
+        conversations = _conversations(name, problem_records, think_end)
+        for number, (key, turns) in enumerate(conversations):
+            sample = None if len(conversations) == 1 else key if key is not None else str(number)
+            trace = _trace(name, turns, tokens_shared, tokens_per_s=tokens_per_s, ttft_s=ttft_s, model=model,
+                           think_end=think_end,
+                           sample=None if sample is None else f"sample {sample} of {len(conversations)}")
+            traces.append((name, sample, trace, sources.get(name)))
+    return _write_all(out_dir, traces, force, interrupts)
+
+
+def _trace(name: str, turns: list[_Turn], tokens_shared: "_HFTokens | None", *, tokens_per_s: float | None,
+           ttft_s: float, model: str | None, think_end: str, sample: str | None) -> Trace:
+    recorded = [turn for turn in turns if turn.reasoning_times is not None]
+    timed_by_rate = [turn for turn in turns if turn.reasoning_times is None]
+    if recorded and timed_by_rate:
+        raise timed_by_rate[0].place.error(
+            f"problem {name!r} mixes turns with arrival times ({recorded[0].place.file}, line "
+            f"{recorded[0].place.line}) and turns without; import them separately", "t")
+    if timed_by_rate and tokens_per_s is None:
+        raise timed_by_rate[0].place.error(
+            "no arrival times: this turn has no token timing, so give --tokens-per-s RATE (rate timing)",
+            "t")
+    timing = "recorded" if recorded else "rate"
+    tokens = tokens_shared or _Pieces()
+    iterations = []
+    for turn in turns:
+        reasoning = _segment(turn.reasoning, tokens, 0, turn.reasoning_times, tokens_per_s, ttft_s)
+        final = _segment(turn.final, tokens, reasoning.num_tokens, turn.final_times, tokens_per_s, ttft_s)
+        iterations.append(Iteration(reasoning=reasoning, final=final, forks=[],
+                                    messages=[dict(m) for m in turn.messages] if turn.messages else None))
+    models = list(dict.fromkeys(turn.model for turn in turns if turn.model))
+    files = list(dict.fromkeys(turn.place.file for turn in turns))
+    metadata = TraceMetadata(
+        model=model or ", ".join(models) or "unknown",
+        tokenizer=tokens.spec(),
+        hand_written=False,
+        problem=name,
+        token_rate=float(tokens_per_s) if timing == "rate" else None,
+        notes=f"imported by specgen trace import from {', '.join(files)}: "
+              + (f"{sample}, " if sample else "") + f"{len(turns)} turn(s), "
+              + ("arrival times as recorded" if timing == "recorded" else f"timed at {tokens_per_s:g} tokens/s"),
+        think_end=think_end,
+        created=_iso(next((turn.created for turn in turns if turn.created is not None), None)),
+        timing=timing,
+        imported_from=files,
+    )
+    vocab = list(tokens.vocab) if tokens.kind == PIECES_KIND else None
+    return Trace(metadata=metadata, iterations=iterations, vocab=vocab)
+
+
+# -- records, duplicates and conversations ---------------------------------------------------------
+
+
+@dataclass
+class _Record:
+    """One unit of input and its problem: a record's turns (several for a conversation record),
+    or a plain-text file's. Duplicates are found, and traces are grouped, by these."""
+    problem: str
+    turns: list[_Turn]
+
+    @property
+    def first(self) -> _Turn:
+        return self.turns[0]
+
+    def where(self) -> str:
+        return f"{self.first.place.file}, line {self.first.place.line}"
+
+
+def _content_key(record: _Record) -> str:
+    digest = hashlib.sha256(record.problem.encode("utf-8"))
+    for turn in record.turns:
+        for part in (json.dumps(turn.messages, sort_keys=True), turn.reasoning, turn.final):
+            digest.update(b"\x00" + part.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _deduplicated(records: list[_Record], warn: Callable[[str], None]) -> list[_Record]:
+    """The records less those identical to an earlier one (the same problem, chat, reasoning and
+    answer: logged twice, or a file given twice), which would replay as one more sample; a warning
+    line per kind, with counts, for those and for ids that repeat with other content."""
+    kept: list[_Record] = []
+    by_content: dict[str, _Record] = {}
+    by_id: dict[str, _Record] = {}
+    duplicates: list[tuple[_Record, _Record]] = []
+    reused: list[tuple[_Record, _Record]] = []
+    for record in records:
+        key = _content_key(record)
+        earlier = by_content.get(key)
+        if earlier is not None:
+            duplicates.append((record, earlier))
+            continue
+        by_content[key] = record
+        kept.append(record)
+        record_id = record.first.record_id
+        if record_id is not None:
+            if record_id in by_id:
+                reused.append((record, by_id[record_id]))
+            else:
+                by_id[record_id] = record
+    if duplicates:
+        record, earlier = duplicates[0]
+        warn(f"{len(duplicates)} duplicate record(s) skipped: the same problem, chat, reasoning and answer "
+             f"as an earlier record (first: {record.where()}, the same as {earlier.where()})")
+    if reused:
+        record, earlier = reused[0]
+        warn(f"{len(reused)} record(s) repeat the id of an earlier record with other content, imported as "
+             f"records of their own (first: id {record.first.record_id!r} at {record.where()}, also at "
+             f"{earlier.where()})")
+    return kept
+
+
+_MIN_QUOTED_CHARS = 40           # a code block shorter than this (white space dropped) proves nothing
+
+
+def _code_keys(text: str) -> set[str]:
+    from specgen.optimize.extraction import find_code_blocks
+
+    keys = (_normalized(block.source) for block in find_code_blocks(text) if block.closed)
+    return {key for key in keys if len(key) >= _MIN_QUOTED_CHARS}
+
+
+def _history_answer(content: str, think_end: str) -> str:
+    """An assistant message of a chat history as an answer: without reasoning sent back with it."""
+    cut = content.find(think_end)
+    return _normalized(content[cut + len(think_end):] if cut >= 0 else content)
+
+
+def _conversations(name: str, records: list[_Record], think_end: str) -> list[tuple[str | None, list[_Turn]]]:
+    """The traces of one problem, each (its sample key or None, its turns in order).
+
+    Independent samples of a problem are traces of their own: replayed as turns of one trace they
+    would be iterations with feedback between them that no model saw. Turns are one conversation
+    when the records say so: the turns of one record (a conversation) or of one plain-text file;
+    records with the same sample field (`SAMPLE_KEYS`); records numbered by `TURN_KEYS`, each
+    number once; or a record whose chat shows the last turn of an earlier conversation: its
+    answer as an assistant message with a message after it (the feedback), or a code block of
+    that answer, new to that turn's chat, quoted in a later prompt (a loop that starts each
+    iteration afresh with the feedback and the best kernel so far).
+    """
+    keyed = [record for record in records if record.first.sample is not None]
+    if keyed:
+        if len(keyed) != len(records):
+            plain = next(record for record in records if record.first.sample is None)
+            raise plain.first.place.error(
+                f"problem {name!r} has records with a sample field ({keyed[0].where()}, field "
+                f"{keyed[0].first.sample_field}) and records without; give all of them one or none", "sample")
+        groups: dict[str, list[_Turn]] = {}
+        for record in records:
+            groups.setdefault(record.first.sample, []).extend(record.turns)  # type: ignore[arg-type]
+        return [(key, _ordered(name, turns)) for key, turns in groups.items()]
+    numbered = [record for record in records if record.first.turn is not None]
+    if numbered and len(numbered) != len(records):
+        plain = next(record for record in records if record.first.turn is None)
+        raise plain.first.place.error(
+            f"problem {name!r} has turns with a turn number ({numbered[0].where()}) and turns without; "
+            "number all of them or none", "turn")
+    if numbered and len({record.first.turn for record in records}) == len(records):
+        return [(None, _ordered(name, [turn for record in records for turn in record.turns]))]
+
+    # Conversations from what the chats show, in turn order (numbers repeat: several conversations).
+    sequence = sorted(records, key=lambda record: (record.first.turn, record.first.order)) if numbered else records
+    lowest = sequence[0].first.turn
+    traces: list[list[_Turn]] = []
+    by_answer: dict[str, list[tuple[int, _Turn]]] = {}
+    by_block: dict[str, list[tuple[int, _Turn]]] = {}
+
+    def register(index: int) -> None:
+        last = traces[index][-1]
+        answer = _normalized(last.answer(think_end))
+        if answer:
+            by_answer.setdefault(answer, []).append((index, last))
+        asked = set().union(*(_code_keys(m["content"]) for m in last.messages or []))
+        for key in _code_keys(last.answer(think_end)) - asked:
+            by_block.setdefault(key, []).append((index, last))
+
+    for record in sequence:
+        first = record.first
+        target: int | None = None
+        if not numbered or first.turn != lowest:
+            messages = first.messages or []
+            found = [entry for message in messages[:-1] if message["role"] == "assistant"
+                     for entry in by_answer.get(_history_answer(message["content"], think_end), [])]
+            found += [entry for message in messages if message["role"] != "assistant"
+                      for key in _code_keys(message["content"]) for entry in by_block.get(key, [])]
+            live = [(index, last) for index, last in found if traces[index][-1] is last
+                    and (not numbered or last.turn < first.turn)]  # type: ignore[operator]
+            if live:
+                target = max(live, key=lambda entry: entry[1].order)[0]
+        if target is None:
+            if numbered and first.turn != lowest:
+                raise first.place.error(
+                    f"problem {name!r} has several records numbered {first.turn}, and this one's chat shows "
+                    f"none of the answers of the turns before it, so which conversation it continues is "
+                    f"unknown; give each record a sample field ({', '.join(SAMPLE_KEYS)})", "turn")
+            traces.append(list(record.turns))
+            register(len(traces) - 1)
+        else:
+            traces[target].extend(record.turns)
+            register(target)
+    return [(None, turns) for turns in traces]
 
 
 def _ordered(name: str, turns: list[_Turn]) -> list[_Turn]:
@@ -1279,24 +1831,31 @@ def _ordered(name: str, turns: list[_Turn]) -> list[_Turn]:
     return sorted(numbered, key=lambda turn: (turn.turn, turn.order))
 
 
-def _write_all(out_dir: Path, traces: list[tuple[str, Trace, str | None]], force: bool) -> list[ImportedTrace]:
-    """Write into a temporary directory inside `out_dir`, then move into place; undo on error."""
+def _write_all(out_dir: Path, traces: list[tuple[str, str | None, Trace, str | None]], force: bool,
+               interrupts: _Interrupts) -> list[ImportedTrace]:
+    """Write into a temporary directory inside `out_dir`, then move into place; undo on error and
+    on a signal (see `_Interrupts`)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise TraceImportError(f"--out {out_dir}: exists and is not a directory")
-    created_out = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceImportError(f"--out {out_dir}: cannot be created ({exc.strerror or exc})") from None
-    staging = Path(tempfile.mkdtemp(prefix=".trace-import-", dir=out_dir))
+    created = out_dir if not out_dir.exists() else None     # the topmost directory this call creates
+    while created is not None and not created.parent.exists():
+        created = created.parent
+    staging: Path | None = None
     moved: list[tuple[Path, Path | None]] = []        # (target, backup of what it replaced)
     made_dirs: list[Path] = []
     try:
+        with interrupts.held():                       # created and known here, or not created
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise TraceImportError(f"--out {out_dir}: cannot be created ({exc.strerror or exc})") from None
+            staging = Path(tempfile.mkdtemp(prefix=".trace-import-", dir=out_dir))
         plan: list[tuple[Path, Path]] = []            # (staged file, target)
         results: list[ImportedTrace] = []
         used: set[str] = set()
-        for number, (name, trace, source) in enumerate(traces):
-            file_name = _safe_file_name(name)
+        source_targets: dict[str, Path] = {}
+        for number, (name, sample, trace, source) in enumerate(traces):
+            file_name = _safe_file_name(name) + ("" if sample is None else "." + _safe_file_name(sample))
             while file_name in used:
                 file_name += "_"
             used.add(file_name)
@@ -1304,14 +1863,15 @@ def _write_all(out_dir: Path, traces: list[tuple[str, Trace, str | None]], force
             trace.save(staged)
             target = out_dir / f"{file_name}{TRACE_SUFFIX}"
             plan.append((staged, target))
-            source_target = None
-            if source is not None:
-                source_target = out_dir / f"{name}.py"
+            source_target = source_targets.get(name)
+            if source is not None and source_target is None:
+                source_target = source_targets[name] = out_dir / f"{name}.py"
                 staged_source = staging / f"{number}.py"
                 staged_source.write_text(source if source.endswith("\n") else source + "\n", encoding="utf-8")
                 plan.append((staged_source, source_target))
             results.append(ImportedTrace(path=target, problem=name, turns=len(trace.iterations),
-                                         timing=trace.metadata.timing, problem_source=source_target))
+                                         timing=trace.metadata.timing, problem_source=source_target,
+                                         sample=sample))
         for staged, target in plan:
             if target.exists() and not force:
                 if target.suffix == ".py" and target.read_bytes() == staged.read_bytes():
@@ -1333,26 +1893,30 @@ def _write_all(out_dir: Path, traces: list[tuple[str, Trace, str | None]], force
                 os.replace(target, backup)
             moved.append((target, backup))
             os.replace(staged, target)
+        interrupts.commit()
         return results
     except BaseException as exc:
-        for target, backup in reversed(moved):
-            try:
-                if target.exists():
-                    target.unlink()
-                if backup is not None:
-                    os.replace(backup, target)
-            except OSError:
-                pass
-        for directory in reversed(made_dirs):
-            try:
-                directory.rmdir()
-            except OSError:
-                pass
-        shutil.rmtree(staging, ignore_errors=True)
-        if created_out:
-            shutil.rmtree(out_dir, ignore_errors=True)
+        with interrupts.held():
+            for target, backup in reversed(moved):
+                try:
+                    if target.exists():
+                        target.unlink()
+                    if backup is not None:
+                        os.replace(backup, target)
+                except OSError:
+                    pass
+            for directory in reversed(made_dirs):
+                try:
+                    directory.rmdir()
+                except OSError:
+                    pass
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
         if isinstance(exc, OSError):
             raise TraceImportError(f"--out {out_dir}: cannot write ({exc.strerror or exc})") from exc
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ from specgen.engines.replay_engine import ReplayEngine
 from specgen.engines.trace import Trace, TraceFormatError
 from specgen.errors import UsageError
 from specgen.optimize.bundled import bundled_problems
-from specgen.optimize.trace_import import TraceImportError, embedded_sources, import_traces
+from specgen.optimize.trace_import import TraceImportError, TraceImportWarning, embedded_sources, import_traces
 
 SOFTMAX = bundled_problems()["softmax"].read_text()
 LAYERNORM = bundled_problems()["layernorm"].read_text()
@@ -63,11 +64,14 @@ def raw_prompt(source: str) -> str:
               "output architecture ModelNew.\n")
 
 
+_IDS = itertools.count(1)
+
+
 def completion(reasoning: str | None, content: str, model: str = "qwq-32b", **extra: Any) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1767225600, "model": model,
+    return {"id": f"chatcmpl-{next(_IDS)}", "object": "chat.completion", "created": 1767225600, "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], **extra}
 
 
@@ -264,10 +268,12 @@ def test_chunk_log_iso_times_and_varying_created(tmp_path: Path) -> None:
            for i, (text, key) in enumerate([(" a", "reasoning_content"), (" b", "reasoning_content"), ("c", "content")])]
     created = [{**_chunk(text, key, id="other"), "created": 100 + i}
                for i, (text, key) in enumerate([(" x", "reasoning_content"), ("y", "content")])]
-    [path] = import_traces([write_jsonl(tmp_path / "s.jsonl", [{"messages": [], "t": "2026-01-01T00:00:00+00:00"},
-                                                               *iso, *created])],
-                           tmp_path / "out", problem="softmax")
-    first, second = Trace.load(path).iterations
+    paths = import_traces([write_jsonl(tmp_path / "s.jsonl", [{"messages": [], "t": "2026-01-01T00:00:00+00:00"},
+                                                              *iso, *created])],
+                          tmp_path / "out", problem="softmax")
+    # Two streams whose chats do not show one conversation: two traces of one problem.
+    assert [p.name for p in paths] == ["softmax.0.trace.json", "softmax.1.trace.json"]
+    [first], [second] = (Trace.load(p).iterations for p in paths)
     assert [c.t for c in first.reasoning.chunks] == pytest.approx([0.5, 1.5])
     assert first.final.chunks[0].t == pytest.approx(2.5)
     # A new chunk id starts a new stream; `created` varies there, so it is the arrival time.
@@ -303,13 +309,15 @@ def test_one_file_many_problems_and_turns_in_explicit_order(tmp_path: Path) -> N
         f"</think>\n\nlayernorm v{n}" for n in range(2)]
 
 
-def test_turns_of_a_problem_across_files_keep_file_order(tmp_path: Path) -> None:
+def test_samples_of_a_problem_across_files_are_numbered_in_file_order(tmp_path: Path) -> None:
     a = write_jsonl(tmp_path / "a.jsonl", [{"problem": "softmax", "response": completion("A.", "a")}])
     b = write_jsonl(tmp_path / "b.jsonl", [{"problem": "softmax", "response": completion("B.", "b")}])
-    [path] = import_traces([b, a], tmp_path / "out", tokens_per_s=40.0)
-    trace = Trace.load(path)
-    assert [it.reasoning.text for it in trace.iterations] == ["B.", "A."]
-    assert trace.metadata.imported_from == [str(b), str(a)]
+    paths = import_traces([b, a], tmp_path / "out", tokens_per_s=40.0)
+    assert [p.name for p in paths] == ["softmax.0.trace.json", "softmax.1.trace.json"]
+    traces = [Trace.load(p) for p in paths]
+    assert [[it.reasoning.text for it in t.iterations] for t in traces] == [["B."], ["A."]]
+    assert [t.metadata.imported_from for t in traces] == [[str(b)], [str(a)]]
+    assert all(t.metadata.problem == "softmax" for t in traces)
 
 
 # -- problems --------------------------------------------------------------------------------------
@@ -506,3 +514,347 @@ def test_import_metadata_fields_are_optional_and_checked(tmp_path: Path) -> None
     bad.write_text(json.dumps(data))
     trace = Trace.load(bad)
     assert trace.metadata.timing == "" and "timing" not in trace.to_json()["metadata"]
+
+
+# -- the data as it is: byte-order marks, line ends, sizes -----------------------------------------
+
+
+def _record(reasoning: str = REASONING, answer: str = ANSWER, **extra: Any) -> dict[str, Any]:
+    return {"problem": "softmax", "messages": [{"role": "user", "content": "Make softmax fast."}],
+            "response": completion(reasoning, answer), **extra}
+
+
+@pytest.mark.parametrize("bom", [False, True], ids=["no-bom", "bom"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_json_lines_and_arrays_with_a_byte_order_mark_or_crlf(tmp_path: Path, bom: bool, newline: str) -> None:
+    records = [_record("First.", "a"), _record("Second.", "b", turn=1)]
+    records[0]["turn"] = 0
+    head = b"\xef\xbb\xbf" if bom else b""
+    lines = tmp_path / "r.jsonl"
+    lines.write_bytes(head + "".join(json.dumps(r) + newline for r in records).encode())
+    array = tmp_path / "r.json"
+    array.write_bytes(head + json.dumps(records, indent=2).replace("\n", newline).encode())
+    for source in (lines, array):
+        [path] = import_traces([source], tmp_path / source.suffix[1:], tokens_per_s=40.0)
+        trace = Trace.load(path)
+        assert [it.reasoning.text for it in trace.iterations] == ["First.", "Second."]
+        assert [it.final.text for it in trace.iterations] == ["</think>\n\na", "</think>\n\nb"]
+
+
+def test_plain_text_and_prompt_with_a_byte_order_mark_and_crlf(tmp_path: Path) -> None:
+    prompt = tmp_path / "prompt.md"
+    prompt.write_bytes(b"\xef\xbb\xbf" + raw_prompt(SOFTMAX).replace("\n", "\r\n").encode())
+    text = tmp_path / "answer.txt"
+    text.write_bytes(b"\xef\xbb\xbf" + ("<think>\n" + REASONING + "</think>\n\n" + ANSWER).replace("\n", "\r\n").encode())
+    [path] = import_traces([text], tmp_path / "out", prompt=prompt, tokens_per_s=40.0)
+    iteration = Trace.load(path).iterations[0]
+    assert iteration.reasoning.text == "\n" + REASONING and iteration.final.text == "</think>\n\n" + ANSWER
+    assert iteration.messages == [{"role": "user", "content": raw_prompt(SOFTMAX)}]
+    assert Trace.load(path).metadata.problem == "softmax"
+
+
+def test_sse_with_crlf_and_a_lone_cr_kept_as_text(tmp_path: Path) -> None:
+    body = "".join(f"data: {json.dumps({'t': 0.1 * (i + 1), **_chunk(text, key)})}\r\n\r\n"
+                   for i, (text, key) in enumerate([("a\rb", "reasoning_content"), ("c", "content")]))
+    source = tmp_path / "s.sse"
+    source.write_bytes(b"\xef\xbb\xbf" + (body + "data: [DONE]\r\n").encode())
+    [path] = import_traces([source], tmp_path / "out", problem="softmax")
+    iteration = Trace.load(path).iterations[0]
+    assert iteration.reasoning.text == "a\rb" and iteration.final.text == "</think>\n\nc"
+
+
+def test_a_record_over_the_size_limit_fails_fast_without_reading_it_all(tmp_path: Path, capsys: Any) -> None:
+    import time
+    import tracemalloc
+
+    big = tmp_path / "big.jsonl"
+    with big.open("w") as handle:
+        handle.write(json.dumps(_record("Small.", "a")) + "\n")
+        handle.write(json.dumps(_record("Also small.", "b", padding="x" * 30_000_000)) + "\n")
+    out = tmp_path / "out"
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(TraceImportError) as info:
+            import_traces([big], out, tokens_per_s=40.0, max_record_mb=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 10
+    assert peak < 12_000_000            # a few blocks of the 30 MB line, not all of it
+    assert str(info.value) == (f"{big}, line 2: record 2 is larger than 2 MB, the limit per record "
+                               "(--max-record-mb sets it)")
+    assert not out.exists()
+    # The default limit refuses it as well; the option lets it in.
+    with pytest.raises(TraceImportError, match=r"line 2: record 2 is larger than 8 MB"):
+        import_traces([big], out, tokens_per_s=40.0)
+    code = cli_main(["trace", "import", str(big), "--out", str(out), "--tokens-per-s", "40", "--max-record-mb", "1"])
+    assert code == 2 and "record 2 is larger than 1 MB" in capsys.readouterr().err
+    assert cli_main(["trace", "import", str(big), "--out", str(out), "--tokens-per-s", "40",
+                     "--max-record-mb", "40"]) == 0
+    assert len(list(out.glob("*.trace.json"))) == 2
+
+
+def test_size_limit_in_arrays_streams_and_plain_text(tmp_path: Path) -> None:
+    array = tmp_path / "a.json"                 # one line, as json.dump writes it
+    array.write_text(json.dumps([_record("One.", "a"), _record("Two.", "b"), _record("x" * 3000, "c")]))
+    with pytest.raises(TraceImportError, match=r"a\.json, line 1: record 3 is larger than 0\.002 MB"):
+        import_traces([array], tmp_path / "out", tokens_per_s=40.0, max_record_mb=0.002)
+    stream = write_jsonl(tmp_path / "s.jsonl", [{"t": 0.0, "problem": "softmax", "messages": []}]
+                         + [{"t": 0.1 + i, **_chunk("y" * 100, "reasoning_content")} for i in range(30)])
+    with pytest.raises(TraceImportError, match=r"s\.jsonl, line 1: the stream that starts here holds more than "
+                                               r"0\.002 MB of text"):
+        import_traces([stream], tmp_path / "out", max_record_mb=0.002)
+    plain = tmp_path / "p.txt"
+    plain.write_text("<think>short</think>ok\n<think>" + "z" * 3000 + "</think>too long\n")
+    with pytest.raises(TraceImportError, match=r"p\.txt, line 2, field text: turn 2 is larger than 0\.002 MB"):
+        import_traces([plain], tmp_path / "out", tokens_per_s=40.0, problem="softmax", max_record_mb=0.002)
+    with pytest.raises(TraceImportError, match="max-record-mb must be > 0"):
+        import_traces([plain], tmp_path / "out", tokens_per_s=40.0, problem="softmax", max_record_mb=0)
+
+
+def test_records_across_read_blocks(tmp_path: Path, monkeypatch: Any) -> None:
+    from specgen.optimize import trace_import
+
+    # Tiny blocks: every record, string, escape and line end is cut somewhere.
+    monkeypatch.setattr(trace_import, "_BLOCK_BYTES", 7)
+    records = [_record("Ré\\sön \"quoted\"\n" * 3, "a ✓", turn=0), _record("Next.", "b", turn=1)]
+    lines = tmp_path / "r.jsonl"
+    lines.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r, indent=1) + "\r\n" for r in records).encode())
+    [path] = import_traces([lines], tmp_path / "out", tokens_per_s=40.0)
+    assert [it.reasoning.text for it in Trace.load(path).iterations] == [records[0]["response"]["choices"][0][
+        "message"]["reasoning_content"], "Next."]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_record("R.", "a")) + "\n" + '{"problem": "softmax", "x": [1, 2,, 3]}\n'
+                   + json.dumps(_record("S.", "b")) + "\n")
+    with pytest.raises(TraceImportError, match=r"bad\.jsonl, line 2: not valid JSON .*Expecting value at column 35"):
+        import_traces([bad], tmp_path / "out2", tokens_per_s=40.0)
+
+
+# -- duplicates ------------------------------------------------------------------------------------
+
+
+def test_identical_records_are_imported_once_and_repeated_ids_reported(tmp_path: Path, capsys: Any) -> None:
+    one, two = _record("First sample.", "a"), _record("Second sample.", "b")
+    three = _record("Third sample.", "c")
+    three["response"]["id"] = one["response"]["id"]             # the same id, other content
+    source = write_jsonl(tmp_path / "r.jsonl", [one, two, one, three, two])
+    again = write_jsonl(tmp_path / "again.jsonl", [one])
+    messages: list[str] = []
+    paths = import_traces([source, again], tmp_path / "out", tokens_per_s=40.0, on_warning=messages.append)
+    assert [[it.reasoning.text for it in Trace.load(p).iterations] for p in paths] == [
+        ["First sample."], ["Second sample."], ["Third sample."]]
+    assert messages == [
+        f"3 duplicate record(s) skipped: the same problem, chat, reasoning and answer as an earlier record "
+        f"(first: {source}, line 3, the same as {source}, line 1)",
+        f"1 record(s) repeat the id of an earlier record with other content, imported as records of their own "
+        f"(first: id {one['response']['id']!r} at {source}, line 4, also at {source}, line 1)"]
+    # Through the API without a callback: Python warnings. Through the CLI: in the summary.
+    with pytest.warns(TraceImportWarning) as caught:
+        import_traces([source, again], tmp_path / "out2", tokens_per_s=40.0)
+    assert [str(w.message) for w in caught] == messages
+    assert cli_main(["trace", "import", str(source), str(again), "--out", str(tmp_path / "out3"),
+                     "--tokens-per-s", "40"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 and lines[3].startswith("warning: 3 duplicate record(s) skipped")
+    assert lines[4].startswith("warning: 1 record(s) repeat the id")
+
+
+# -- samples and conversations ---------------------------------------------------------------------
+
+
+def test_independent_samples_are_single_turn_traces_with_stable_names(tmp_path: Path, loop: Any) -> None:
+    # Three samples of one problem, the same prompt, and one sample of another: nothing says
+    # conversation, so each is a trace of its own.
+    records = [{"messages": [{"role": "user", "content": fenced_prompt(SOFTMAX)}],
+                "response": completion(f"Sample {n}.", f"answer {n}")} for n in range(3)]
+    records.insert(1, {"problem": "layernorm", "response": completion("Other.", "x")})
+    source = write_jsonl(tmp_path / "samples.jsonl", records)
+    imported: list[Any] = []
+    for out in ("out", "again"):
+        from specgen.optimize.trace_import import import_traces_detailed
+
+        imported.append(import_traces_detailed([source], tmp_path / out, tokens_per_s=40.0))
+    first = imported[0]
+    assert [(i.path.name, i.problem, i.sample, i.turns) for i in first] == [
+        ("softmax.0.trace.json", "softmax", "0", 1), ("softmax.1.trace.json", "softmax", "1", 1),
+        ("softmax.2.trace.json", "softmax", "2", 1), ("layernorm.trace.json", "layernorm", None, 1)]
+    assert [i.path.name for i in imported[1]] == [i.path.name for i in first]     # stable
+    assert [Trace.load(i.path).iterations[0].reasoning.text for i in first[:3]] == [f"Sample {n}." for n in range(3)]
+    assert "sample 1 of 3" in Trace.load(first[1].path).metadata.notes
+    # A bench takes each as a problem of its own, with one iteration.
+    from specgen.optimize.bench import problems_from_traces
+
+    problems = problems_from_traces([i.path for i in first])
+    assert [(p.name, len(p.trace.iterations)) for p in problems] == [("softmax", 1)] * 3 + [("layernorm", 1)]
+
+
+def test_a_conversation_across_records_is_one_trace(tmp_path: Path) -> None:
+    # Each request carries the chat so far: the previous answer, then the feedback.
+    prompt = {"role": "user", "content": fenced_prompt(SOFTMAX)}
+    first = {"messages": [prompt], "response": completion("Turn one.", "<code v1>")}
+    second = {"messages": [prompt, {"role": "assistant", "content": "<code v1>"},
+                           {"role": "user", "content": "Correct, 1.1x. Faster."}],
+              "response": completion("Turn two.", "<code v2>")}
+    third = {"messages": [*second["messages"],
+                          {"role": "assistant", "content": "<think>sent back</think>\n<code v2>"},
+                          {"role": "user", "content": "Wrong output."}],
+             "response": completion("Turn three.", "<code v3>")}
+    alone = {"messages": [prompt], "response": completion("Another sample.", "<code w1>")}
+    source = write_jsonl(tmp_path / "chat.jsonl", [first, alone, second, third])
+    paths = import_traces([source], tmp_path / "out", tokens_per_s=40.0)
+    assert [p.name for p in paths] == ["softmax.0.trace.json", "softmax.1.trace.json"]
+    conversation, sample = (Trace.load(p) for p in paths)
+    assert [it.reasoning.text for it in conversation.iterations] == ["Turn one.", "Turn two.", "Turn three."]
+    assert conversation.iterations[1].messages == second["messages"]
+    assert [it.reasoning.text for it in sample.iterations] == ["Another sample."]
+
+
+def test_a_loop_that_quotes_the_best_kernel_in_a_fresh_prompt_is_one_conversation(tmp_path: Path) -> None:
+    from specgen.optimize.prompts import chat
+
+    kernel = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+              "        return torch.softmax(x, dim=-1)\n")
+
+    class Best:
+        speedup = 1.25
+        source = kernel
+
+    first = {"messages": chat(SOFTMAX, [], None), "response": completion("Turn one.", f"```python\n{kernel}```\n")}
+    second = {"messages": chat(SOFTMAX, [], Best()), "response": completion("Turn two.", "```python\nv2\n```")}
+    sample = {"messages": chat(SOFTMAX, [], None), "response": completion("A sample.", f"```python\n{kernel}```")}
+    [one, two] = import_traces([write_jsonl(tmp_path / "loop.jsonl", [first, sample, second])], tmp_path / "out",
+                               tokens_per_s=40.0)
+    assert [it.reasoning.text for it in Trace.load(one).iterations] == ["Turn one."]
+    # The second turn's prompt quotes the kernel both earlier samples answered; the latest of them wins.
+    assert [it.reasoning.text for it in Trace.load(two).iterations] == ["A sample.", "Turn two."]
+
+
+def test_sample_fields_and_repeated_turn_numbers(tmp_path: Path) -> None:
+    records = [{"problem": "softmax", "sample_id": sample, "turn": turn,
+                "messages": [{"role": "user", "content": f"sample {sample} turn {turn}"}],
+                "response": completion(f"S{sample} T{turn}.", "a")}
+               for turn in (1, 0) for sample in (7, 3)]
+    paths = import_traces([write_jsonl(tmp_path / "s.jsonl", records)], tmp_path / "out", tokens_per_s=40.0)
+    assert [p.name for p in paths] == ["softmax.7.trace.json", "softmax.3.trace.json"]
+    assert [[it.reasoning.text for it in Trace.load(p).iterations] for p in paths] == [
+        ["S7 T0.", "S7 T1."], ["S3 T0.", "S3 T1."]]
+    # The same numbers without a sample field: the chats must show which conversation goes on.
+    for record in records:
+        del record["sample_id"]
+    with pytest.raises(TraceImportError, match=r"line 1, field turn: problem 'softmax' has several records "
+                                               r"numbered 1.*sample field"):
+        import_traces([write_jsonl(tmp_path / "n.jsonl", records)], tmp_path / "out2", tokens_per_s=40.0)
+    # Only turn 0 several times: independent samples.
+    only_first = write_jsonl(tmp_path / "z.jsonl", [r for r in records if r["turn"] == 0])
+    assert len(import_traces([only_first], tmp_path / "out3", tokens_per_s=40.0)) == 2
+    mixed = write_jsonl(tmp_path / "m.jsonl", [{**records[0], "sample": 1}, records[1]])
+    with pytest.raises(TraceImportError, match=r"m\.jsonl, line 2, field sample: .*a sample field"):
+        import_traces([mixed], tmp_path / "out4", tokens_per_s=40.0)
+
+
+# -- signals ---------------------------------------------------------------------------------------
+
+
+_PAUSING_IMPORT = """
+import signal, sys, time
+from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal, whatever started the tests
+from specgen.cli import main
+from specgen.engines.trace import Trace
+saved = Path(sys.argv[1])
+real_save = Trace.save
+def save(self, path):
+    real_save(self, path)
+    saved.write_text(str(path))
+    time.sleep(120)                                         # a slow disk: the signal comes meanwhile
+Trace.save = save
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_import_leaves_nothing_behind(tmp_path: Path, signum: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    source = write_jsonl(tmp_path / "r.jsonl", [_record(f"Sample {n}. " * 200, "a") for n in range(20)])
+    saved = tmp_path / "saved"
+    for existing in (False, True):
+        out = tmp_path / f"out-{existing}"
+        if existing:
+            out.mkdir()
+            (out / "keep.txt").write_text("mine")
+        saved.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        process = subprocess.Popen([sys.executable, "-c", _PAUSING_IMPORT, str(saved), "trace", "import",
+                                    str(source), "--out", str(out), "--tokens-per-s", "40"],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not saved.exists():
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert any(p.name.startswith(".trace-import-") for p in out.iterdir())    # staging, mid-import
+            process.send_signal(getattr(signal, signum))
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == {"SIGTERM": 143, "SIGINT": 130}[signum], err
+        assert files_under(out) == (["keep.txt"] if existing else [])
+        if signum == "SIGTERM":
+            assert err == "specgen trace: interrupted by SIGTERM: nothing was imported\n"
+
+
+def test_sigterm_raises_in_process_and_a_second_signal_waits_for_the_undo(tmp_path: Path, monkeypatch: Any) -> None:
+    import shutil
+    import signal
+
+    from specgen.engines import trace as trace_module
+    from specgen.optimize.trace_import import ImportInterrupted
+
+    calls: list[str] = []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def mine(*args: Any) -> None:
+        calls.append("caller's handler")
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    real_save, real_rmtree = trace_module.Trace.save, shutil.rmtree
+
+    def save(self: Any, path: Any) -> Any:
+        real_save(self, path)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)      # arrives during the undo: must not cut it short
+        real_rmtree(path, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(trace_module.Trace, "save", save)
+        monkeypatch.setattr(shutil, "rmtree", rmtree)
+        out = tmp_path / "out"
+        with pytest.raises(ImportInterrupted) as info:
+            import_traces([_good(tmp_path)], out / "deeper", tokens_per_s=40.0)
+        assert info.value.signum == signal.SIGTERM and info.value.__context__ is not None
+        assert not out.exists() and calls == []
+        assert signal.getsignal(signal.SIGTERM) is mine        # restored after the import
+        monkeypatch.setattr(trace_module.Trace, "save", real_save)
+        monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+        # A signal once the files are in place (the staging folder is being removed) is the
+        # caller's, delivered when the import returns.
+        def late_rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            real_rmtree(path, *args, **kwargs)
+
+        monkeypatch.setattr(shutil, "rmtree", late_rmtree)
+        [path] = import_traces([_good(tmp_path)], out, tokens_per_s=40.0)
+        monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+        assert path.exists() and files_under(out) == ["softmax.trace.json"] and calls == ["caller's handler"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert signal.getsignal(signal.SIGTERM) is before
