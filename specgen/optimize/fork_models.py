@@ -4,8 +4,9 @@ A replayed trace holds the reasoning and the final answer, never what a fork at 
 position would have written; each model here is one honest answer to that, with its premise:
 
 - `draft` (the conservative bound): the latest complete `ModelNew` program the reasoning itself
-  drafted before the fork position, found by the project's own extraction; nothing after the
-  position is read; with no draft there, the fork writes nothing.
+  drafted before the fork position, fenced or not, found by the project's own extraction
+  (`extraction.find_drafts`); nothing after the position is read; with no draft there, the fork
+  writes nothing.
 - `named` (an optimistic bound, never a headline): from the point where the final answer's kernel
   is first named in the reasoning (a `__global__` or `@triton.jit` function name of the answer),
   the fork writes the final answer's program; before it, what `draft` writes. It reads the
@@ -21,17 +22,17 @@ from typing import Any
 
 from specgen.engines.base import Engine, GenerationParams
 from specgen.engines.trace import Iteration
-from specgen.optimize.extraction import extract_candidate, find_code_blocks, kernel_names
+from specgen.optimize.extraction import extract_candidate, find_drafts, kernel_names
 
 FORK_MODELS = ("draft", "named", "model")
 
 
 def latest_draft(text: str) -> str | None:
-    """The last complete (closed) `ModelNew` program in `text`, or None."""
-    for block in reversed(find_code_blocks(text)):
-        if block.closed and block.is_candidate:
-            return block.source.strip("\n") + "\n"
-    return None
+    """The last complete `ModelNew` program in `text` (a closed fenced block or an unfenced
+    draft), or None. A fork's prompt closes the reasoning at the fork position with the think-end
+    tag, so the end of `text` ends a draft there, as the end of the reasoning does for the loop."""
+    drafts = find_drafts(text, ended=True)
+    return drafts[-1].source.strip("\n") + "\n" if drafts else None
 
 
 def as_answer(program: str) -> str:

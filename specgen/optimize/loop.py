@@ -378,6 +378,13 @@ class OptimizeJob:
                         found = text.find(think_end, max(0, previous_len - len(think_end)))
                         if found >= 0:
                             answer_start = found
+                            if forker is not None:
+                                # The reasoning ends at the tag: what only its end completes (an
+                                # unfenced program right before it, a fence this delta closes)
+                                # is a draft now. The answer after the tag takes as long to write
+                                # as the program it repeats; when it repeats the draft, it is
+                                # judged by the draft's evaluation, started this much earlier.
+                                forker.finish(request_id, text[:found], len(ids))
                         elif forker is not None:
                             forker.at_delta(request_id, ids, text, previous_len, previous_tokens)
                     self._check_token_budget()
@@ -397,6 +404,8 @@ class OptimizeJob:
         if finish_reason == "error":
             raise EngineError(f"reasoning stream {request_id} ended with an error")
         if forker is not None and answer_start is None:
+            # No tag (a length cut, a stop string): the stream's end ends the reasoning. With a
+            # tag, the reasoning's end was read where the tag came.
             forker.finish(request_id, text, len(ids))
         record.finish_reason = finish_reason
         record.reasoning_finished_at = self.clock.wall()

@@ -53,7 +53,9 @@ class Firing:
 
     trigger: str                           # which trigger fired
     reason: str                            # what it saw, for events and the timeline
-    candidate_source: str | None = None    # a program found in the reasoning: submit it, no fork
+    # Programs found in the reasoning, in order: submit each, no fork. One delta may complete
+    # several (a batched delta, an unfenced draft ended by the fence of the next).
+    inline_candidates: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -162,7 +164,8 @@ class DecisionCue:
 
 
 class InlineCodeBlock:
-    """Fires when the reasoning closes a fenced block defining ModelNew: a candidate, no fork."""
+    """Fires when the reasoning completes a ModelNew program (a fenced block, or unfenced code
+    the text after it shows has ended): a candidate, no fork."""
 
     name = "inline_code"
 
@@ -173,11 +176,13 @@ class InlineCodeBlock:
         found = [b for b in self.scanner.feed(ctx.text) if b.is_candidate]
         if not found:
             return None
-        return Firing(self.name, f"code block at char {found[-1].start}",
-                      candidate_source=found[-1].source)
+        where = ", ".join(str(b.start) for b in found)
+        return Firing(self.name, f"code block{'s' if len(found) > 1 else ''} at char {where}",
+                      inline_candidates=[b.source for b in found])
 
     def finish(self, text: str) -> list[str]:
-        """Candidates in a block closed by the reasoning's very last line."""
+        """Candidates only the end of the reasoning completes: a block closed by its very last
+        line, an unfenced draft that nothing has followed."""
         return [b.source for b in self.scanner.finish(text) if b.is_candidate]
 
     @property
@@ -289,8 +294,8 @@ class TriggerPolicy:
             firing = trigger.fire(ctx)
             if firing is None:
                 continue
-            if firing.candidate_source is not None:
-                inline.append(firing.candidate_source)
+            if firing.inline_candidates:
+                inline.extend(firing.inline_candidates)
             elif fork_firing is None:
                 fork_firing = firing
         if fork_firing is None:
@@ -306,7 +311,8 @@ class TriggerPolicy:
         return Decision(fork_firing, fork=True, inline_candidates=inline)
 
     def finish(self, text: str) -> list[str]:
-        """Inline candidates completed by the reasoning's last line, once the stream ends."""
+        """Inline candidates only the end of the reasoning completes, once it has ended (its
+        think-end tag came, or the stream stopped)."""
         found: list[str] = []
         for trigger in self.triggers:
             if isinstance(trigger, InlineCodeBlock):

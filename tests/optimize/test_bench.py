@@ -1,6 +1,7 @@
 """`specgen bench` end to end on the CPU: generated traces, two modes, real evaluation, the report."""
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import stat
@@ -9,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
-from specgen.optimize.bench_report import _union, geomean_ci
+from specgen.errors import UsageError
+from specgen.engines.trace import TraceBuilder
+from specgen.messages import JobMetrics, OptimizeResult
+from specgen.optimize import loop
+from specgen.optimize.bench import (
+    BenchConfig, BenchRun, _one_job, generated_problems, problems_from_traces, programs_in,
+)
+from specgen.optimize.bench_report import _union, geomean_ci, summarize
+from specgen.optimize.bundled import bundled_problem
 
 
 def test_union_and_geomean() -> None:
@@ -65,3 +74,62 @@ def test_bench_bad_input_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert main(["bench", "--generate", "1", "--fork-model", "model", "--out", str(tmp_path)]) == 2
     assert main(["bench", "--generate", "1", "--timing", "warp=9", "--out", str(tmp_path)]) == 2
     assert "unknown setting 'warp'" in capsys.readouterr().err
+
+
+def sample_trace(path: Path, problem: str, reasoning: str, answer: str) -> Path:
+    builder = TraceBuilder(token_rate=100.0, problem=problem, hand_written=False)
+    builder.add_iteration(reasoning, forks=[], final_text=f"```python\n{answer}```\n")
+    return builder.build().save(path)
+
+
+PROGRAM = ("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+           "        return torch.softmax(x, dim=1)\n")
+
+
+def test_samples_of_one_problem_are_entries_of_their_own(tmp_path: Path, monkeypatch) -> None:
+    # What `specgen trace import` writes for three independent samples of softmax, and layernorm.
+    paths = [sample_trace(tmp_path / f"softmax.{n}.trace.json", "softmax", f"Sample {n}.", PROGRAM)
+             for n in range(3)]
+    paths.insert(1, sample_trace(tmp_path / "layernorm.trace.json", "layernorm", "Other.", PROGRAM))
+    problems = problems_from_traces(paths)
+    assert [p.name for p in problems] == ["softmax#0", "layernorm", "softmax#2", "softmax#3"]
+    assert [p.problem for p in problems] == ["softmax", "layernorm", "softmax", "softmax"]
+    assert [p.trace_path for p in problems] == paths
+    softmax = bundled_problem("softmax").read_text()
+    assert all(p.source == softmax for p in problems if p.problem == "softmax")
+
+    async def fake_run_job(spec, engine, backend):
+        seconds = {"softmax#0": 10.0, "layernorm": 20.0, "softmax#2": 30.0, "softmax#3": 40.0}
+        entry = spec.job_id.split("-")[3]             # bench-run-<batch>-<entry>-<mode>
+        return OptimizeResult(job_id=spec.job_id, problem_name=spec.problem_name, mode=spec.mode,
+                              status="iterations_done", best_speedup=1.5,
+                              metrics=JobMetrics(end_to_end_s=seconds[entry]))
+
+    monkeypatch.setattr(loop, "run_job", fake_run_job)
+    config = BenchConfig(problems=problems, modes=["specgen", "sequential"])
+    config.check()
+    jobs = [asyncio.run(_one_job(config, p, mode, None, 0)) for p in problems
+            for mode in config.modes]
+    # Distinct job ids; every sample's jobs evaluate against the problem itself.
+    assert len({j.result.job_id for j in jobs}) == len(jobs) == 8
+    assert {j.result.problem_name for j in jobs} == {"softmax", "layernorm"}
+    summary = summarize(BenchRun(config={"modes": config.modes}, jobs=jobs))
+    assert {(f["mode"], f["problem"]) for f in summary["jobs"]} == {
+        (m, p.name) for m in config.modes for p in problems}
+    assert sorted(summary["ratios"]["end_to_end_s"]["per_problem"]) == sorted(p.name for p in problems)
+    assert summary["per_mode"]["specgen"]["problems_with_correct_kernel"] == 4
+    # Names stay distinct across traces and generated problems, or the run says so.
+    mixed = BenchConfig(problems=problems_from_traces(paths[1:2]) + generated_problems(
+        1, 1, seed=3, names=["layernorm"]))
+    with pytest.raises(UsageError, match="layernorm given more than once"):
+        mixed.check()
+
+
+def test_prebuilt_programs_include_unfenced_drafts(tmp_path: Path) -> None:
+    unfenced = PROGRAM.replace("dim=1", "dim=-1")
+    fenced = PROGRAM.replace("softmax(x, dim=1)", "softmax(x.float(), dim=1)")
+    reasoning = (f"Let me write it plainly first.\n\n{unfenced}\nWait, check the dim.\n\n"
+                 f"```python\n{fenced}```\nAnd the last one, right before the answer:\n\n{PROGRAM}")
+    trace = TraceBuilder(token_rate=100.0, problem="softmax", hand_written=False)
+    trace.add_iteration(reasoning, forks=[], final_text=f"```python\n{PROGRAM}```\n")
+    assert programs_in(trace.build()) == [unfenced, fenced, PROGRAM]

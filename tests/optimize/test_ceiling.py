@@ -19,9 +19,10 @@ def turn(reasoning: str, final: str) -> Iteration:
     return builder.build().iterations[0]
 
 
-def harvested_at(iteration: Iteration, final: str) -> int | None:
-    """Reasoning tokens when the loop's inline trigger, fed the reasoning chunk by chunk, first
-    hands over a program with the final answer's kernels (None: never)."""
+def harvested_at(iteration: Iteration, final: str, think_end: str = "</think>") -> int | None:
+    """Tokens when the loop's inline trigger, fed the stream chunk by chunk, first hands over a
+    program with the final answer's kernels (None: never): while the reasoning streams, or at the
+    chunk delivering the think-end tag, where the loop reads the reasoning's end."""
     policy = TriggerPolicy([InlineCodeBlock()])
     text, tokens = "", 0
     for chunk in iteration.reasoning.chunks:
@@ -33,6 +34,14 @@ def harvested_at(iteration: Iteration, final: str) -> int | None:
         if decision and any(kernel_bodies(s) == kernel_bodies(final)
                             for s in decision.inline_candidates):
             return tokens
+    answer = ""
+    for chunk in iteration.final.chunks:
+        answer += chunk.text
+        tokens += len(chunk.token_ids)
+        if think_end in answer:
+            break
+    if any(kernel_bodies(s) == kernel_bodies(final) for s in policy.finish(text)):
+        return tokens
     return None
 
 
@@ -47,13 +56,17 @@ def test_ceiling_stops_where_the_loop_harvests_the_final_kernel(fence: bool) -> 
     assert result.stop_tokens == harvested_at(iteration, CUDA_PROGRAM)
 
 
-def test_a_draft_only_the_end_of_the_reasoning_completes_is_not_harvested() -> None:
-    # Nothing after the program but the think-end tag: the loop's stream never shows it ended.
+def test_a_draft_only_the_end_of_the_reasoning_completes_counts_at_the_think_end_tag() -> None:
+    # Nothing after the program but the think-end tag: the loop reads the reasoning's end there.
     iteration = turn(PROSE * 20 + CUDA_PROGRAM, CUDA_PROGRAM)
-    assert harvested_at(iteration, CUDA_PROGRAM) is None
+    reasoning = iteration.reasoning.num_tokens
+    tag = len(iteration.final.chunks[0].token_ids)       # the builder's answer opens with the tag
+    assert harvested_at(iteration, CUDA_PROGRAM) == reasoning + tag
     result = turn_ceiling("scale", 0, iteration)
-    assert result.draft_position is None and result.stop_tokens == result.total_tokens
-    # The same program fenced, its fence closed by a last line with its newline, is harvested.
+    assert result.stop_tokens == reasoning + tag < result.total_tokens
+    assert result.draft_position == 1.0
+    # The same program fenced, its fence closed by a last line with its newline, is harvested
+    # with the reasoning's last chunk.
     fenced = turn(PROSE * 20 + f"```python\n{CUDA_PROGRAM}```\n", CUDA_PROGRAM)
     assert turn_ceiling("scale", 0, fenced).stop_tokens == harvested_at(fenced, CUDA_PROGRAM)
     assert turn_ceiling("scale", 0, fenced).draft_position == pytest.approx(1.0, abs=0.01)

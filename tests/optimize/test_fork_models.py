@@ -8,6 +8,7 @@ import pytest
 
 from specgen.engines.trace import TraceBuilder
 from specgen.optimize.ceiling import ceiling
+from specgen.optimize.extraction import extract_candidate, kernel_bodies
 from specgen.optimize.fork_models import DraftWriter, NamedWriter, fork_writer, latest_draft
 from specgen.optimize.synthetic import CandidateLibrary, generate_traces
 
@@ -33,6 +34,40 @@ def test_draft_uses_only_the_reasoning_before_the_fork() -> None:
     written = asyncio.run(DraftWriter().write(trace.iterations[0], 0, text[:cut], ""))
     assert KERNEL_A in written and KERNEL_B not in written
     assert asyncio.run(DraftWriter().write(trace.iterations[0], 0, "no code yet", "")) == ""
+
+
+UNFENCED = ("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return x * 2\n")
+
+
+def test_draft_reads_unfenced_programs_too() -> None:
+    text = f"plan\n```python\n{KERNEL_A}```\nNow without a fence:\n\n{UNFENCED}\nWait, check it.\n"
+    assert latest_draft(text) == UNFENCED
+    assert latest_draft(text[:text.index("Now")]) == KERNEL_A
+    # The fork closes the reasoning at its position: a program the text ends with is complete.
+    assert latest_draft(text[:text.index("Wait")]) == UNFENCED
+    # A class cut off before its forward returns is no draft; the fenced one before it is.
+    assert latest_draft(text[:text.index("return x * 2")]) == KERNEL_A
+    trace = trace_with(text, UNFENCED)
+    written = asyncio.run(DraftWriter().write(trace.iterations[0], 0, text, ""))
+    assert written == f"```python\n{UNFENCED}```\n"
+
+
+def test_draft_forks_write_the_final_kernel_exactly_where_generated_traces_draft_it() -> None:
+    # The generator drafts a turn's final kernel, fenced or not, only in correct turns, as the
+    # last of its drafts; a draft fork at the reasoning's end writes it exactly then.
+    problems = sorted({c.problem for c in CandidateLibrary.load().candidates})
+    traces, plans = generate_traces(problems, 3, seed=11)
+    unfenced = 0
+    for trace, turns in zip(traces, plans):
+        for iteration, plan in zip(trace.iterations, turns):
+            final = extract_candidate(iteration.final.text, accept_unclosed=True)
+            draft = latest_draft(iteration.reasoning.text)
+            wrote_final = draft is not None and kernel_bodies(draft) == kernel_bodies(final)
+            assert wrote_final == (plan.final_drafted_at is not None), plan
+            assert plan.correct or not wrote_final
+            unfenced += wrote_final and not plan.drafts[-1][2]
+    assert unfenced > 0           # fenced blocks alone would miss these
 
 
 def test_named_returns_the_answer_once_its_kernel_is_named() -> None:

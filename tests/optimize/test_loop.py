@@ -208,6 +208,30 @@ def test_an_answer_a_fork_wrote_first_waits_for_that_forks_verdict() -> None:
     assert result.iterations[1].started_at >= fork.feedback_at
 
 
+@pytest.mark.parametrize("fenced", [False, True])
+def test_a_draft_the_end_of_the_reasoning_completes_is_harvested_at_the_think_end_tag(
+        fenced: bool) -> None:
+    # The reasoning ends with the program (unfenced, or its closing fence without a newline: only
+    # the end of the reasoning completes it), and the answer repeats it.
+    draft = f"```python\n{TORCH_KERNEL}```" if fenced else TORCH_KERNEL
+    builder = TraceBuilder(token_rate=400, problem=FUSED, ttft_s=0.05)
+    body = " ".join(["we check the bias broadcast and the erf form"] * 20)
+    builder.add_iteration(f"{body}\n\nLet me write the plain version.\n\n{draft}", forks=[],
+                          final_text="```python\n" + TORCH_KERNEL + "```\n")
+    engine = IterationReplayEngine(builder.build(), speed=1)
+    reasoning, final = trace_iteration_tokens(engine)
+    spec = fused_spec("specgen", max_iterations=1, load_aware=False,
+                      triggers=TriggerSettings(structure_boundaries=False, cues=["no such cue"]))
+    result = run(asyncio.wait_for(run_job(spec, engine, HeldBackend(speculative_delay_s=0.0)), 60))
+    draft_record, answer = result.candidates
+    assert draft_record.origin == "inline" and answer.origin == "final"
+    # Harvested when the tag came (not before: nothing in the reasoning showed the program had
+    # ended), ahead of the answer, which is judged by the draft's evaluation.
+    assert reasoning < draft_record.position <= reasoning + final
+    assert draft_record.extracted_at <= answer.extracted_at
+    assert answer.duplicate_of == draft_record.candidate_id
+
+
 def test_token_budget_is_enforced(eval_workers) -> None:
     engine = IterationReplayEngine(small_trace(3).build(), speed=1)
     spec = fused_spec("sequential", max_iterations=3, token_budget=700)

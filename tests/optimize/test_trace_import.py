@@ -682,11 +682,12 @@ def test_independent_samples_are_single_turn_traces_with_stable_names(tmp_path: 
     assert [i.path.name for i in imported[1]] == [i.path.name for i in first]     # stable
     assert [Trace.load(i.path).iterations[0].reasoning.text for i in first[:3]] == [f"Sample {n}." for n in range(3)]
     assert "sample 1 of 3" in Trace.load(first[1].path).metadata.notes
-    # A bench takes each as a problem of its own, with one iteration.
+    # A bench takes each as an entry of its own, with one iteration, all posing softmax.
     from specgen.optimize.bench import problems_from_traces
 
     problems = problems_from_traces([i.path for i in first])
-    assert [(p.name, len(p.trace.iterations)) for p in problems] == [("softmax", 1)] * 3 + [("layernorm", 1)]
+    assert [(p.name, p.problem, len(p.trace.iterations)) for p in problems] == [
+        (f"softmax#{n}", "softmax", 1) for n in range(3)] + [("layernorm", "layernorm", 1)]
 
 
 def test_a_conversation_across_records_is_one_trace(tmp_path: Path) -> None:

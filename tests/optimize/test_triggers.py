@@ -107,6 +107,22 @@ def test_inline_code_block_becomes_a_candidate_without_a_fork() -> None:
     assert forks == []   # no blank lines outside code, so nothing else fired
 
 
+def test_every_program_completed_in_one_delta_is_a_candidate_in_order() -> None:
+    first = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    second = first.replace("return x", "return x * 2")
+    third = first.replace("return x", "return x + 1")
+    # Two fenced blocks, then an unfenced draft ended by the prose after it: all in one delta.
+    text = (f"Draft:\n```python\n{first}```\nBetter:\n```python\n{second}```\n\n{third}\n"
+            "Wait, that adds one.\n")
+    forks, _, inline = drive(TriggerPolicy([InlineCodeBlock()]), text, chunk=len(words(text)))
+    assert inline == [first, second, third] and forks == []
+    firing = InlineCodeBlock().fire(TriggerContext(iteration=0, reasoning_tokens=1, text=text,
+                                                   new_text_start=0))
+    assert firing is not None and firing.inline_candidates == [first, second, third]
+    # Fed word by word, the same programs come out, one at a time.
+    assert drive(TriggerPolicy([InlineCodeBlock()]), text)[2] == [first, second, third]
+
+
 def test_gates_min_gap_and_max_forks() -> None:
     text = " ".join(f"w{i}" for i in range(200))
     policy = TriggerPolicy([EveryNTokens(10)], [MinGap(35), MaxForksPerIteration(3)])
