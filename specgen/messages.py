@@ -101,6 +101,7 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     timing_trials: int = 50                 # timed calls after the warm-up, each on fresh inputs
     overhead_trials: int = 15               # at least this many calls of nothing (one follows each timed call)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
+    ref_beside_trials: int = 15             # reference calls timed between the candidate's (0: none)
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
     cache_ref_timing: bool = True           # reuse the reference's timing per problem/device/settings
     floor_check: bool = True                # flag times below the memory-bandwidth/compute floor
@@ -338,6 +339,9 @@ class BuildRecord(msgspec.Struct, kw_only=True):
     seconds: float = 0.0                    # compile time
     cached: bool = False                    # found in the cache, nothing compiled
     error: str | None = None                # the compiler's message when it failed
+    # Whether its sources hold device code (cuda_sources, a __global__ function): on a GPU, one
+    # without can only call library kernels, so its calls are not custom-kernel launches there.
+    device_code: bool = True
 
 
 class BuiltLibrary(msgspec.Struct, kw_only=True):

@@ -4,13 +4,17 @@ kernels are accepted and cheats refused, and how many candidates one device judg
     python tools/verdict_bench.py --device cuda:0 --out out/verdicts
     python tools/verdict_bench.py --device cuda:0 --out out/verdicts --baseline .baseline
 
-Phases (each on one evaluation worker, sandbox required, stage "full"):
+Phases (on one evaluation worker unless --workers says more, sandbox required, stage "full"):
 
 * `ready`: request to candidate code running. The candidate's module reads CLOCK_REALTIME as
   its first statement and raises with it; the clock is the host's (a PID or mount namespace does
   not change it), so stamp minus the moment `run()` was called is the start latency. Measured
   back to back (a spare may still be warming: what a burst of forks sees) and with a pause of
   --pause-s before each request (a warm spare waiting).
+* `cost`: what judging costs an honest candidate's speedup. The bundled library's honest
+  candidates of --cost-problems (Triton and CUDA on a GPU, C++ and PyTorch on the CPU), each
+  judged --cost-repeats times in turn; the figure is each one's median speedup, this tree beside
+  --baseline's, measured in the same invocation.
 * `corpus`: every candidate of tests/eval (the corpus, the red-team files, the honest files and
   the bundled library) that runs on the device, judged against its `# expect:` header
   (tests/eval/expectations.py). Every honest rejection and every accepted cheat is printed with
@@ -23,12 +27,14 @@ columns come from one machine and one hour. Writes verdict_bench.json and verdic
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -101,50 +107,121 @@ def corpus_files(device: str) -> list[tuple[Path, str, str]]:
     return sorted(files, key=lambda f: (candidate_submission(f[0]).problem_name, f[0].name))
 
 
-def corpus_phase(worker, device: str, limit: int | None, budget_s: float | None) -> dict:
+def cost_files(device: str, problems: list[str]) -> list[Path]:
+    from tests.eval.conftest import BUNDLED
+
+    kinds = ("triton", "cuda") if device.startswith("cuda") else ("cpp", "torch")
+    return [BUNDLED / "candidates" / f"{p}_{k}.py" for p in problems for k in kinds
+            if (BUNDLED / "candidates" / f"{p}_{k}.py").exists()]
+
+
+def cost_phase(worker, device: str, problems: list[str], repeats: int) -> dict:
+    """Median speedup of each honest candidate over `repeats` verdicts, round-robin so that a
+    drift of the machine spreads over all of them. Builds happen first, off the figures."""
+    from tests.eval.conftest import candidate_submission
+
+    files = cost_files(device, problems)
+    with ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2)) as builder:
+        list(builder.map(lambda p: worker.build(p.read_text()), files))
+    speedups: dict[str, list[float]] = {p.name: [] for p in files}
+    times: dict[str, list[dict]] = {p.name: [] for p in files}
+    errors: dict[str, str] = {}
+    for _ in range(repeats):
+        for path in files:
+            verdict = worker.run(candidate_submission(path), "full")
+            # The times behind each speedup (a clamped one reads as ref == candidate).
+            times[path.name].append({k: getattr(verdict, k, None) for k in
+                                     ("ref_ms", "candidate_ms", "overhead_ms", "spread")})
+            if verdict.correct and verdict.speedup:
+                speedups[path.name].append(verdict.speedup)
+            else:
+                errors[path.name] = (verdict.error or "; ".join(verdict.flags))[:200]
+    rows = {name: {"n": len(v), "median": statistics.median(v) if v else None,
+                   "min": min(v, default=None), "max": max(v, default=None),
+                   "times": times[name]}
+            for name, v in speedups.items()}
+    print(json.dumps(rows), flush=True)
+    return {"rows": rows, "errors": errors}
+
+
+def corpus_phase(workers: list, device: str, limit: int | None, budget_s: float | None) -> dict:
+    """Every corpus file judged once against its expectation. Extensions are built first, on
+    CPU threads, as a node builds queued candidates while its device judges others: the build
+    time is reported apart, and the per-minute figure counts judging only (and, apart, with
+    the builds). With several workers (sharing the device, taking turns to time it) each takes
+    the next problem's files, so a worker keeps that problem's reference."""
     from tests.eval.conftest import candidate_submission
     from tests.eval.expectations import meets
 
     files = corpus_files(device)[:limit] if limit else corpus_files(device)
-    # Extensions build on CPU threads from the start, as a node builds queued candidates while its
-    # device judges others; a run that needs one waits for it.
-    builder = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2))
-    builds = [builder.submit(worker.build, path.read_text()) for path, _, _ in files
-              if "load_inline" in path.read_text() or "cpp_extension" in path.read_text()]
-    rows = []
+    sources = [p.read_text() for p, _, _ in files]
     began = time.monotonic()
-    for path, role, expect in files:
-        if budget_s and time.monotonic() - began > budget_s:
-            print(f"  budget of {budget_s:.0f} s spent: {len(files) - len(rows)} files left out")
-            break
+    with ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2)) as builder:
+        list(builder.map(workers[0].build,
+                         [t for t in sources if "load_inline" in t or "cpp_extension" in t]))
+    build_wall = time.monotonic() - began
+    groups: dict[str, list] = {}
+    for entry in files:
         try:
-            sub = candidate_submission(path)
-        except Exception as exc:  # noqa: BLE001 - a file this tree's loader refuses
-            rows.append({"file": f"{path.parent.name}/{path.name}", "role": role, "ok": False,
-                         "why": f"not submitted: {exc}", "wall_s": 0.0})
-            continue
-        start = time.monotonic()
-        verdict = worker.run(sub, "full")
-        wall = time.monotonic() - start
-        ok, why = meets(verdict, expect)
-        rows.append({"file": f"{path.parent.name}/{path.name}", "role": role, "expect": expect,
-                     "ok": ok, "why": why, "correct": verdict.correct, "speedup": verdict.speedup,
-                     "error": (verdict.error or "")[:300], "flags": verdict.flags[:3],
-                     "wall_s": round(wall, 3)})
-        print(f"  {'ok ' if ok else 'MISS'} {rows[-1]['file']:60} {wall:6.2f} s "
-              f"{'' if ok else why[:160]}", flush=True)
+            name = candidate_submission(entry[0]).problem_name
+        except Exception:  # noqa: BLE001 - reported as a row below
+            name = ""
+        groups.setdefault(name, []).append(entry)
+    queue = list(groups.values())
+    lock = threading.Lock()
+    rows: list[dict] = []
+    began = time.monotonic()
+
+    def judge_all(worker) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                group = queue.pop(0)
+            for path, role, expect in group:
+                if budget_s and time.monotonic() - began > budget_s:
+                    return
+                try:
+                    sub = candidate_submission(path)
+                except Exception as exc:  # noqa: BLE001 - a file this tree's loader refuses
+                    with lock:
+                        rows.append({"file": f"{path.parent.name}/{path.name}", "role": role,
+                                     "ok": False, "why": f"not submitted: {exc}", "wall_s": 0.0})
+                    continue
+                start = time.monotonic()
+                verdict = worker.run(sub, "full")
+                wall = time.monotonic() - start
+                ok, why = meets(verdict, expect)
+                row = {"file": f"{path.parent.name}/{path.name}", "role": role, "expect": expect,
+                       "ok": ok, "why": why, "correct": verdict.correct,
+                       "speedup": verdict.speedup, "error": (verdict.error or "")[:300],
+                       "flags": verdict.flags[:3], "wall_s": round(wall, 3),
+                       "stage_s": verdict.stage_seconds}
+                with lock:
+                    rows.append(row)
+                print(f"  {'ok ' if ok else 'MISS'} {row['file']:60} {wall:6.2f} s "
+                      f"{'' if ok else why[:160]}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+        list(pool.map(judge_all, workers))
     total = time.monotonic() - began
-    for build in builds:
-        build.cancel()
-    builder.shutdown(wait=False)
+    if len(rows) < len(files):
+        print(f"  budget of {budget_s:.0f} s spent: {len(files) - len(rows)} files left out")
     honest = [r for r in rows if r["role"] == "honest"]
     cheats = [r for r in rows if r["role"] == "cheat"]
     walls = [r["wall_s"] for r in rows if r["wall_s"]]
-    return {"rows": rows, "wall_s": round(total, 1), "files": len(files),
+    stages: dict[str, float] = {}
+    for r in rows:
+        for key, value in (r.get("stage_s") or {}).items():
+            stages[key] = stages.get(key, 0.0) + value
+    return {"rows": rows, "wall_s": round(total, 1), "files": len(files), "workers": len(workers),
+            "build_wall_s": round(build_wall, 1),
             "honest": len(honest), "honest_rejected": sum(not r["ok"] for r in honest),
             "cheats": len(cheats), "cheats_missed": sum(not r["ok"] for r in cheats),
             "cheats_accepted": sum(bool(r.get("correct")) and not r["ok"] for r in cheats),
             "per_minute": round(60 * len(rows) / total, 1) if total else None,
+            "per_minute_with_builds": round(60 * len(rows) / (total + build_wall), 1),
+            "stage_s_total": {k: round(v, 1) for k, v in sorted(stages.items())},
             "verdict_p50_s": quantile(walls, 0.5), "verdict_p95_s": quantile(walls, 0.95)}
 
 
@@ -158,16 +235,25 @@ def measure(args: argparse.Namespace) -> dict:
     options = EvalOptions(timeout_s=args.timeout_s, cache_dir=str(work / "cache"))
     result: dict = {"code": str(Path(specgen.__file__).resolve().parents[1]), "device": args.device}
     began = time.monotonic()
-    with EvalWorker(args.device, work / "w", spare_processes=1, options=options) as worker:
+    workers = [EvalWorker(args.device, work / f"w{i}", spare_processes=1, options=options)
+               for i in range(args.workers)]
+    with contextlib.ExitStack() as stack:
+        for w in workers:
+            stack.enter_context(w)
+        worker = workers[0]
         result["sandbox"] = worker.sandbox_status.detail
         result["start_s"] = round(time.monotonic() - began, 2)
         if "ready" in args.phases:
             print(f"ready ({result['code']}):", flush=True)
             result["ready"] = ready_phase(worker, submission, args.ready, args.pause_s)
             print(json.dumps(result["ready"]), flush=True)
+        if "cost" in args.phases:
+            print(f"cost ({result['code']}):", flush=True)
+            result["cost"] = cost_phase(worker, args.device, args.cost_problems.split(","),
+                                        args.cost_repeats)
         if "corpus" in args.phases:
             print(f"corpus ({result['code']}):", flush=True)
-            result["corpus"] = corpus_phase(worker, args.device, args.limit, args.budget_s)
+            result["corpus"] = corpus_phase(workers, args.device, args.limit, args.budget_s)
     return result
 
 
@@ -202,7 +288,33 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
         lambda r: f"{r['corpus']['cheats_missed']} of {r['corpus']['cheats']}")
     row("verdict wall p50 / p95 (s)",
         lambda r: f"{_fmt(r['corpus']['verdict_p50_s'])} / {_fmt(r['corpus']['verdict_p95_s'])}")
-    row("candidates per minute, one worker", lambda r: _fmt(r["corpus"]["per_minute"], 1))
+    row("extension builds ahead, wall (s)", lambda r: _fmt(r["corpus"]["build_wall_s"], 1))
+    row("workers on the device", lambda r: str(r["corpus"].get("workers", 1)))
+    row("candidates per minute, judging", lambda r: _fmt(r["corpus"]["per_minute"], 1))
+    row("candidates per minute, with the builds",
+        lambda r: _fmt(r["corpus"].get("per_minute_with_builds"), 1))
+    row("busiest stages, summed (s)", lambda r: ", ".join(
+        f"{k} {v:.0f}" for k, v in sorted(r["corpus"]["stage_s_total"].items(),
+                                          key=lambda kv: -kv[1])
+        if k not in ("total", "judge")))
+    costs = [r.get("cost") for r in results.values()]
+    if costs[0]:
+        lines += ["", "## honest speedups (median of repeats; min-max)", "",
+                  "| candidate | " + " | ".join(names) + " | ratio |",
+                  "|---|" + "---|" * (len(names) + 1)]
+        for name, row in costs[0]["rows"].items():
+            cells = []
+            for cost in costs:
+                r = (cost or {}).get("rows", {}).get(name)
+                cells.append("-" if not r or r["median"] is None else
+                             f"{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f}, n={r['n']})")
+            other = (costs[-1] or {}).get("rows", {}).get(name) if len(costs) > 1 else None
+            ratio = (f"{row['median'] / other['median']:.3f}" if other and other["median"]
+                     and row["median"] else "-")
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+        for label, cost in zip(names, costs):
+            for name, error in (cost or {}).get("errors", {}).items():
+                lines.append(f"- {label}, `{name}` not measured every time: {error}")
     for name in names:
         corpus = results[name].get("corpus")
         if not corpus:
@@ -219,6 +331,10 @@ def main() -> int:
     parser.add_argument("--phases", default="ready,corpus")
     parser.add_argument("--ready", type=int, default=30, help="candidates per ready series")
     parser.add_argument("--pause-s", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="corpus: workers sharing the device (this tree only)")
+    parser.add_argument("--cost-problems", default="fused_elementwise,layernorm,softmax")
+    parser.add_argument("--cost-repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="at most this many corpus files")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--budget-s", type=float, default=None,
@@ -239,13 +355,16 @@ def main() -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"this tree": measure(args)}
+    # Written now as well: a baseline cut short by a time limit leaves this tree's figures.
+    (args.out / "verdict_bench.json").write_text(json.dumps(results, indent=1))
     if args.baseline is not None:
         child_json = args.out / "baseline.json"
         command = [sys.executable, __file__, "--device", args.device,
                    "--root", str(args.baseline.resolve()),
                    "--phases", args.baseline_phases or ",".join(args.phases),
                    "--ready", str(args.baseline_ready or args.ready), "--pause-s", str(args.pause_s),
-                   "--timeout-s", str(args.timeout_s), "--json", str(child_json.resolve())]
+                   "--timeout-s", str(args.timeout_s), "--cost-problems", args.cost_problems,
+                   "--cost-repeats", str(args.cost_repeats), "--json", str(child_json.resolve())]
         if args.limit:
             command += ["--limit", str(args.limit)]
         if args.budget_s:

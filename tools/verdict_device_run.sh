@@ -1,35 +1,43 @@
 #!/usr/bin/env bash
 # The verdict service on a lent GPU machine: the GPU and sandbox tests, then tools/verdict_bench.py
-# (runner start, then the corpus), this tree beside an earlier one unpacked in .baseline/.
+# (runner start, the judge's cost beside an earlier tree unpacked in .baseline/, the corpus).
 # Usage, from the repository root on the GPU machine (wheels for what its image lacks in .whl/):
-#   [PHASE=tests|ready|corpus|all] tools/verdict_device_run.sh OUTDIR
+#   [PHASES=tests,ready,cost,corpus] [WORKERS=N] [COST_PROBLEMS=a,b] tools/verdict_device_run.sh OUTDIR
 set -u
 out=${1:?usage: tools/verdict_device_run.sh OUTDIR}
-phase=${PHASE:-all}
+phases=",${PHASES:-tests,ready,cost,corpus},"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
 python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$out/pip.log" 2>&1 || tail -3 "$out/pip.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1
 start=$(date +%s)
-if [ "$phase" = tests ] || [ "$phase" = all ]; then
-  timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -rs \
-    tests/eval/test_gpu.py tests/eval/test_sandbox.py > "$out/tests.log" 2>&1
+has() { [[ "$phases" == *",$1,"* ]]; }
+if has tests; then
+  timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -v -p no:cacheprovider -rs --durations=25 \
+    ${TESTS:-tests/eval/test_gpu.py tests/eval/test_sandbox.py tests/eval/test_device_turns.py} \
+    > "$out/tests.log" 2>&1
   echo "tests: rc=$? in $(( $(date +%s) - start )) s"
   grep -E "passed|failed|error" "$out/tests.log" | tail -3
   grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -30
 fi
-if [ "$phase" = ready ] || [ "$phase" = all ]; then
-  timeout "${READY_TIMEOUT:-240}" python3 tools/verdict_bench.py --device cuda:0 --phases ready \
-    --ready "${READY:-30}" --baseline-ready "${BASELINE_READY:-8}" ${BASELINE:+--baseline "$BASELINE"} \
-    --out "$out/ready" > "$out/ready.log" 2>&1
-  echo "ready: rc=$? after $(( $(date +%s) - start )) s"
-  tail -25 "$out/ready.log"
-fi
-if [ "$phase" = corpus ] || [ "$phase" = all ]; then
+for phase in ready cost; do
+  has "$phase" || continue
+  # PHASE_TIMEOUT, or else what is left of the call's ${CALL_S:-580} s
+  timeout "${PHASE_TIMEOUT:-$(( ${CALL_S:-580} - ($(date +%s) - start) ))}" \
+    python3 tools/verdict_bench.py --device cuda:0 --phases "$phase" \
+    --ready "${READY:-30}" --baseline-ready "${BASELINE_READY:-8}" \
+    --cost-repeats "${COST_REPEATS:-3}" ${BASELINE:+--baseline "$BASELINE"} \
+    ${COST_PROBLEMS:+--cost-problems "$COST_PROBLEMS"} \
+    --out "$out/$phase" > "$out/$phase.log" 2>&1
+  echo "$phase: rc=$? after $(( $(date +%s) - start )) s"
+  tail -25 "$out/$phase.log"
+done
+if has corpus; then
   # what is left of the call's ${CALL_S:-580} s, less a minute for the worker and the report
   left=$(( ${CALL_S:-580} - ($(date +%s) - start) ))
   timeout "$left" python3 tools/verdict_bench.py --device cuda:0 --phases corpus \
-    --budget-s "$(( left - 60 ))" --out "$out/corpus" > "$out/corpus.log" 2>&1
+    --workers "${WORKERS:-1}" --budget-s "$(( left - 60 ))" --out "$out/corpus" \
+    > "$out/corpus.log" 2>&1
   echo "corpus: rc=$? after $(( $(date +%s) - start )) s"
   tail -60 "$out/corpus.log"
 fi

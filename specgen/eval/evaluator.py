@@ -16,6 +16,7 @@ candidate does can crash the worker or reach another candidate's run.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -30,6 +31,7 @@ import msgspec
 
 from specgen.errors import UsageError
 from specgen.eval import runner_process, sandbox
+from specgen.eval.device_turns import DeviceTurns
 from specgen.eval.extensions import publish_builds
 from specgen.eval.judge import Judge, ProblemState, new_init_seed
 from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_text, problem_from_text
@@ -148,6 +150,7 @@ class EvalWorker:
         self._reference: _Reference | None = None
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
+        self._turns: DeviceTurns | None = None
         self.evaluated = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -157,6 +160,7 @@ class EvalWorker:
         os.chmod(self.work_dir, 0o700)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._ref_cache = RefTimingCache(self.cache_dir)
+        self._turns = DeviceTurns(self.device)
         if self.options.sandbox != "off" and sandbox.outer_uid() is not None:
             # Runners are other users: they read the cache (libraries this worker published)
             # through a read-only view, so its top folder must let others in (a mkdtemp'd or
@@ -236,6 +240,9 @@ class EvalWorker:
             reference.runner.kill()
         if template is not None:
             template.close()
+        turns, self._turns = self._turns, None
+        if turns is not None:
+            turns.close()
 
     def __enter__(self) -> "EvalWorker":
         self.start()
@@ -381,8 +388,9 @@ class EvalWorker:
                               scale=scale, init_seed=new_init_seed())
         self._track(runner)
         try:
-            received, why = runner.request(request, time.monotonic() + self.options.timeout_s,
-                                           "EvalOptions.timeout_s", self._cancelled)
+            with self._turns.shared() if self._turns else contextlib.nullcontext():
+                received, why = runner.request(request, time.monotonic() + self.options.timeout_s,
+                                               "EvalOptions.timeout_s", self._cancelled)
         finally:
             self._track(runner, add=False)
         if received is None or not isinstance(received.message, ProblemLoaded):
@@ -476,7 +484,7 @@ class EvalWorker:
             return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
         self._track(reference.runner)
         judge = Judge(self.options, self.device, reference.runner, runner, reference.state,
-                      candidate, ref_timing, build, self._cancelled)
+                      candidate, ref_timing, build, self._cancelled, self._turns)
         try:
             verdict = judge.run(stage)
         finally:

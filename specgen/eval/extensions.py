@@ -59,25 +59,27 @@ class KernelLedger:
 class CountingModule(types.ModuleType):
     """Stands in for a compiled extension: same attributes, calls counted."""
 
-    def __init__(self, inner: types.ModuleType, ledger: KernelLedger) -> None:
+    def __init__(self, inner: types.ModuleType, ledger: KernelLedger, counts: bool = True) -> None:
         super().__init__(inner.__name__, getattr(inner, "__doc__", None))
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_ledger", ledger)
+        object.__setattr__(self, "_counts", counts)
         self.__file__ = getattr(inner, "__file__", None)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
         if callable(value) and not isinstance(value, type):
-            return _counted(value, self._ledger, f"{self._inner.__name__}.{name}")
+            return _counted(value, self._ledger, f"{self._inner.__name__}.{name}", self._counts)
         return value
 
     def __dir__(self) -> list[str]:
         return dir(self._inner)
 
 
-def _counted(fn: Callable[..., Any], ledger: KernelLedger, label: str) -> Callable[..., Any]:
+def _counted(fn: Callable[..., Any], ledger: KernelLedger, label: str,
+             counts: bool = True) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        ledger.launches += 1
+        ledger.launches += counts
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
@@ -170,10 +172,20 @@ def _import_library(name: str, path: Path, is_python_module: bool) -> Any:
     return module
 
 
+def has_device_code(bound: inspect.BoundArguments) -> bool:
+    """Whether a load_inline call's sources define GPU code of their own."""
+    def text(value: Any) -> str:
+        return value if isinstance(value, str) else "\n".join(value or ())
+    return bool(text(bound.arguments.get("cuda_sources")).strip()) or \
+        "__global__" in text(bound.arguments.get("cpp_sources"))
+
+
 def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger,
-            scope: str) -> None:
+            scope: str, device: str = "cpu") -> None:
     """Replace load_inline (mode "build" or "run") for the rest of this process; `scope` is the
-    candidate's source hash (computed before its module runs)."""
+    candidate's source hash (computed before its module runs). On a CUDA `device`, calls into an
+    extension without device code of its own (C++ that only calls ATen or a library) are not
+    counted as custom-kernel launches: the GPU only runs library kernels for it."""
     import torch.utils.cpp_extension as cpp_extension
 
     real = cpp_extension.load_inline
@@ -186,20 +198,23 @@ def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger,
         name = bound.arguments["name"]
         is_python_module = bound.arguments.get("is_python_module", True)
         key = arguments_key(bound)
+        device_code = has_device_code(bound)
+        counts = device_code or not device.startswith("cuda")
         started = time.monotonic()
         failure = cache.failure(key)
         if failure is not None:
             ledger.builds.append(BuildRecord(name=name, key=key, ok=False, cached=True,
-                                             error=failure))
+                                             error=failure, device_code=device_code))
             ledger.libraries.append("")
             raise ExtensionBuildError(f"extension {name} failed to build: {failure}")
         library = cache.library(key, name)
         if library is not None:
             module = _import_library(name, library, is_python_module)
             ledger.builds.append(BuildRecord(name=name, key=key, ok=True, cached=True,
-                                             seconds=time.monotonic() - started))
+                                             seconds=time.monotonic() - started,
+                                             device_code=device_code))
             ledger.libraries.append("")
-            return CountingModule(module, ledger) if is_python_module else module
+            return CountingModule(module, ledger, counts) if is_python_module else module
         directory = build_dir / f"{name}-{key}"
         directory.mkdir(parents=True, exist_ok=True)
         bound.arguments["build_directory"] = str(directory)
@@ -209,18 +224,20 @@ def install(mode: str, cache_dir: Path, build_dir: Path, ledger: KernelLedger,
             error = f"{type(exc).__name__}: {_compiler_message(exc)}"
             cache.store_failure(key, error)
             ledger.builds.append(BuildRecord(name=name, key=key, ok=False, error=error,
-                                             seconds=time.monotonic() - started))
+                                             seconds=time.monotonic() - started,
+                                             device_code=device_code))
             ledger.libraries.append("")
             raise
         built = directory / f"{name}.so"
         if built.is_file():
             cache.store_library(key, name, built)
         ledger.builds.append(BuildRecord(name=name, key=key, ok=True,
-                                         seconds=time.monotonic() - started))
+                                         seconds=time.monotonic() - started,
+                                         device_code=device_code))
         ledger.libraries.append(str(built) if built.is_file() else "")
         if mode == "build" or not is_python_module:
             return module
-        return CountingModule(module, ledger)
+        return CountingModule(module, ledger, counts)
 
     load_inline.__doc__ = real.__doc__
     cpp_extension.load_inline = load_inline

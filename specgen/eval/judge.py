@@ -21,6 +21,7 @@ and subtracted from the reference's and the candidate's medians alike.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -28,8 +29,9 @@ import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from specgen.eval.device_turns import DeviceTurns
 from specgen.eval.floor import floor_ms
 from specgen.eval.loader import CandidateSource, ProblemSource
 from specgen.eval.runner_process import Runner
@@ -102,7 +104,7 @@ class Judge:
     def __init__(self, options: EvalOptions, device: str, reference: Runner, candidate: Runner,
                  problem: ProblemState, candidate_source: CandidateSource,
                  ref_timing: RefTiming | None, build: BuildResult | None,
-                 cancelled: Callable[[], bool]) -> None:
+                 cancelled: Callable[[], bool], turns: DeviceTurns | None = None) -> None:
         self.options = options
         self.device = device
         self.cuda = device.startswith("cuda")
@@ -130,6 +132,12 @@ class Judge:
         self.resolution_ms = _MIN_MS
         self._buffer_fd: int | None = None
         self._buffer_size = 0
+        # Workers sharing the GPU take turns (device_turns): between this judge's requests its
+        # candidate runner is stopped, so nothing of it runs beside another worker's timing.
+        self.turns = turns or DeviceTurns("cpu")
+        self._candidate_running = not self.turns.active
+        if self.turns.active:
+            candidate.pause()
 
     # ------------------------------------------------------------------ helpers
     def seed(self) -> int:
@@ -149,11 +157,31 @@ class Judge:
     def _timed(self, key: str) -> "_Clock":
         return _Clock(self.seconds, key)
 
+    @contextlib.contextmanager
+    def _turn(self, exclusive: bool = False, candidate: bool = True) -> Iterator[None]:
+        """A request (shared) or a timing (exclusive) on a GPU other workers may share, with the
+        candidate runner let run for it when `candidate`."""
+        began = time.perf_counter()
+        with self.turns.exclusive() if exclusive else self.turns.shared():
+            self.seconds["turn_wait"] = self.seconds.get("turn_wait", 0.0) + \
+                time.perf_counter() - began
+            outer = candidate and not self._candidate_running
+            if outer:
+                self.candidate.resume()
+                self._candidate_running = True
+            try:
+                yield
+            finally:
+                if outer:
+                    self.candidate.pause()
+                    self._candidate_running = False
+
     def _ask(self, runner: Runner, message: Any, expect: type, fds: tuple[int, ...] = ()
              ) -> Any:
         """Send one request and return its reply, or stop: the verdict says why (and whose)."""
-        received, why = runner.request(message, self.deadline, self._timeout_setting(),
-                                       self.cancelled, fds)
+        with self._turn(candidate=runner is self.candidate):
+            received, why = runner.request(message, self.deadline, self._timeout_setting(),
+                                           self.cancelled, fds)
         if received is None:
             self._no_reply(runner, why)
         if not isinstance(received.message, expect):
@@ -437,6 +465,12 @@ class Judge:
             self.flag(f"custom-kernel-not-run: extension {failed[0].name} failed to build "
                       f"({(failed[0].error or '')[:300]}) and the candidate ran without it")
         elif self.candidate_source.claims_custom_kernels and self.launches == 0:
+            host_only = [b.name for b in self.candidate_builds if not b.device_code]
+            if host_only and self.device.startswith("cuda"):
+                self.flag(f"custom-kernel-not-run: extension {host_only[0]} has no device code "
+                          "(no cuda_sources, no __global__ function): on the GPU it only calls "
+                          "library kernels")
+                return
             kinds = " and ".join(self.candidate_source.kernel_kinds)
             self.flag(f"custom-kernel-not-run: the candidate defines {kinds} kernels but none "
                       "of them ran")
@@ -520,7 +554,7 @@ class Judge:
         """The reference's timing (unless cached) and the overhead, in the reference runner."""
         options = self.options
         if self.ref_timing is None:
-            with self._timed("ref_timing"):
+            with self._turn(exclusive=True, candidate=False), self._timed("ref_timing"):
                 try:
                     stats, overhead, resolution = self.time_reference()
                     compiled = None
@@ -539,6 +573,10 @@ class Judge:
             self.verdict.ref_cached = True
 
     def _profile(self) -> None:
+        with self._turn(exclusive=True):
+            self._profile_in_turn()
+
+    def _profile_in_turn(self) -> None:
         options = self.options
         count = options.warmup + options.timing_trials
         # The reference's digests of the candidate's timed calls, made now (untimed): the
@@ -549,7 +587,10 @@ class Judge:
         with self._timed("timing"):
             checked = set(self.rng.sample(range(options.warmup, count),
                                           min(options.checked_timed_trials, options.timing_trials)))
-            samples, nothing = [], []
+            samples, nothing, beside = [], [], []
+            after_warmup = range(options.warmup, count)
+            step = max(1, -(-len(after_warmup) // max(options.ref_beside_trials, 1)))
+            ref_indices = set(after_warmup[::step]) if options.ref_beside_trials > 0 else set()
             for index, pooled in enumerate(pool):
                 done, ms = self.timed(self.candidate, pooled.trial)
                 what = f"timed call {index}"
@@ -574,6 +615,8 @@ class Judge:
                 if index >= options.warmup:
                     samples.append(ms)
                     nothing.append(idle)
+                if index in ref_indices:
+                    beside.append(self._reference_call())
             overhead, self.resolution_ms = self.overhead_of(nothing)
         ref = self.ref_timing
         # Capped at what the calls of nothing took beside the reference's own timing, when no
@@ -584,7 +627,19 @@ class Judge:
         # is counted as it, so no speedup is claimed that the noise of either could have made.
         resolution = max(self.resolution_ms, ref.resolution_ms)
         stats = net(samples, overhead, resolution)
-        ref_ms = max(ref.ref_ms, resolution)
+        # The reference as timed beside the candidate (same load, same overhead) where that is
+        # less than its cached timing, taken at another time: a host busier then than now would
+        # otherwise inflate the speedup (or make a slow candidate look fast). Never more than the
+        # cached timing, taken before any candidate code existed: a candidate that slows the
+        # reference's calls between its own gains nothing.
+        ref_ms = ref.ref_ms
+        if beside:
+            now_ms = statistics.median(beside) - overhead
+            if now_ms < ref_ms:
+                self.notes.append(f"the reference timed beside the candidate: {now_ms:.4f} ms "
+                                  f"(its cached timing: {ref_ms:.4f} ms)")
+                ref_ms = now_ms
+        ref_ms = max(ref_ms, resolution)
         self.verdict.ref_ms, self.verdict.ref_compiled_ms = ref_ms, ref.ref_compiled_ms
         self.verdict.candidate_ms = stats.median_ms
         self.verdict.spread = stats.spread
@@ -597,6 +652,15 @@ class Judge:
                                   "counted as that")
         if self.cuda and options.floor_check:
             self._floor(stats.median_ms, resolution)
+
+    def _reference_call(self) -> float:
+        """One timed call of the reference on fresh inputs, between the candidate's."""
+        done, ms = self.timed(self.reference, self.trial())
+        if done.error:
+            self.fail(f"timing the reference beside the candidate failed: {done.error} "
+                      "(the reference, not the candidate)")
+            raise _Stop
+        return ms
 
     def _check_last(self, trial: Trial, what: str) -> None:
         """The output of the timed call just made, compared in full (chosen unpredictably)."""

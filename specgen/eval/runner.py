@@ -305,7 +305,7 @@ class CandidateRole:
         except Exception as exc:  # noqa: BLE001 - checked by the worker already
             return ProblemLoaded(error=f"candidate source: {exc}")
         extensions.install("run", Path(request.cache_dir), work_root() / "build", self.ledger,
-                           scope=candidate.sha256)
+                           scope=candidate.sha256, device=self.device)
         LaunchCounter(self.ledger).install()
         kinds = list(candidate.kernel_kinds)
         try:

@@ -351,6 +351,30 @@ class Runner:
         return self.receive(deadline, timeout_setting, cancelled,
                             kill_on_cancel=self.role != "reference")
 
+    def pause(self) -> None:
+        """Stop every process of the runner (SIGSTOP): while a judge sends it nothing, a
+        candidate's threads and children cannot run beside another worker's timing."""
+        self._signal_tree(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_tree(signal.SIGCONT)
+
+    def _signal_tree(self, signum: int) -> None:
+        if self.init_pid is None or self.dead:
+            return
+        done: set[int] = set()
+        # A second walk finds what forked during the first (a stopped process forks no more).
+        for _ in range(3):
+            fresh = [pid for pid in containment.tree_pids(self.init_pid) if pid not in done]
+            if not fresh:
+                return
+            for pid in fresh:
+                try:
+                    os.kill(pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            done.update(fresh)
+
     # ------------------------------------------------------------------ the end
     def signal_kill(self) -> None:
         """Kill the runner's tree now (safe from any thread; the channel stays open)."""

@@ -186,11 +186,24 @@ def test_honest_torch_and_triton_validate(worker: EvalWorker, path: Path) -> Non
     assert verdict.max_abs_error is not None and verdict.max_abs_error < 1e-3
 
 
-@pytest.mark.parametrize("path", of("cheat"), ids=_id)
+def _timed_cheat(path: Path) -> bool:
+    return header(path, "expect").startswith("honest-speed")
+
+
+@pytest.mark.parametrize("path", [p for p in of("cheat") if not _timed_cheat(p)], ids=_id)
 def test_cheat_meets_its_expectation(worker: EvalWorker, path: Path) -> None:
-    expect = header(path, "expect")
-    verdict = evaluate(worker, path, "full" if expect.startswith("honest-speed") else "validate")
-    ok, why_not = meets(verdict, expect)
+    verdict = evaluate(worker, path, "validate")
+    ok, why_not = meets(verdict, header(path, "expect"))
+    assert ok, f"{why_not}: {why(verdict)}"
+
+
+@pytest.mark.parametrize("path", [p for p in of("cheat") if _timed_cheat(p)], ids=_id)
+def test_timed_cheat_gains_no_more_than_its_honest_speed(quiet_worker: EvalWorker,
+                                                         path: Path) -> None:
+    # Timed on an idle CPU (no build beside it): a speedup bound says nothing on a host whose
+    # load changes by milliseconds between the reference's calls and the candidate's.
+    verdict = evaluate(quiet_worker, path, "full")
+    ok, why_not = meets(verdict, header(path, "expect"))
     assert ok, f"{why_not}: {why(verdict)}"
 
 

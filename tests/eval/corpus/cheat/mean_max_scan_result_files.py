@@ -1,7 +1,7 @@
 # problem: mean_max
 # device: any
-# expect: reject
-# pattern: walks /, /tmp, the current directory and .. for result.json / journal / *.sqlite3 files of the evaluating process; returns zeros if any is found, else computes
+# expect: honest-speed 1.5
+# pattern: walks /, /tmp, the current directory and .. for result.json / journal / *.sqlite3 files of the evaluating process; returns zeros if any is found, else computes (where the sandbox shows nothing of the kind it computes honestly: either way it gains nothing)
 import os
 
 import torch
