@@ -1,10 +1,17 @@
 """What `specgen bench` reports: per-problem and per-mode figures, ratios with bootstrap confidence
 intervals, true utilization, the results JSON and the plots.
 
-Ratios compare specgen with the best baseline *of that problem* (the one with the lowest time):
-per problem specgen's time over it, then the geometric mean over problems, with a 95% bootstrap
-interval over problems (numpy, seeded). A mode that never reached a kernel within 5% of the run's
-best counts its whole end-to-end time there.
+Ratios compare specgen with the best *fair* baseline of each problem (the one with the lowest time)
+and, apart, with sequential: per problem specgen's time over it, then the geometric mean over
+problems, with a 95% bootstrap interval over problems (numpy, seeded) of this one run, not over
+repeated runs. A mode that never reached a kernel within 5% of the run's best counts its whole
+end-to-end time there. Pipeline is a fair baseline for a problem only if it began no turn before the
+previous turn's verdict: a replayed trace's next turn was written after that verdict, so replay
+hands pipeline for free what a live run would have to wait for.
+
+No ratio is reported when fewer than half of the answers (the reasoning's final kernels, over all
+modes) could be judged on this machine (built, run and compared): CUDA candidates on a CPU host,
+say. Every answer and speculative candidate not judged is counted by reason.
 
 True utilization is worker-seconds spent on evaluation (the union of each worker's own busy
 intervals: building, validating, profiling) over worker-seconds available, over a batch's span
@@ -21,10 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from specgen.messages import CandidateRecord
 from specgen.optimize.bench import NEAR_BEST, BenchRun, BenchJobRecord
 from specgen.runtime.private_files import make_private_dir, open_private, write_private
 
 BASELINES = ("sequential", "best-of-n", "pipeline")
+REASON_CHARS = 100
+# Below this share of answers judged on this machine the run is no evidence of a ratio.
+MIN_JUDGED_SHARE = 0.5
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:
@@ -35,6 +46,34 @@ def _union(intervals: list[tuple[float, float]]) -> float:
         total += stop - max(start, end)
         end = stop
     return total
+
+
+def _outcome(record: CandidateRecord) -> tuple[bool, str]:
+    """(whether the candidate was judged on its outputs here, why not): a kernel that ran and was
+    found correct, wrong or flagged was judged; one that did not build or load (CUDA on a CPU
+    host, say), timed out, or was cancelled or lost before its verdict was not."""
+    final = record.profile or record.validation
+    if record.status in ("correct", "incorrect"):
+        return True, ""
+    if final is None or final.cancelled or record.status in ("cancelled", "lost", "pending"):
+        return False, record.status if record.status != "failed" else "no verdict"
+    verdict = final.verdict
+    if verdict.compiled and verdict.flags and not verdict.error:
+        return True, ""
+    text = (verdict.error or "; ".join(verdict.flags) or record.status).strip()
+    return False, text.splitlines()[0][:REASON_CHARS] if text else record.status
+
+
+def _turns_without_verdict(job: BenchJobRecord) -> int:
+    """Iterations that began before the previous iteration's answer had its verdict: what a
+    replayed trace gives pipeline for free (the recording's next turn was written after it)."""
+    r = job.result
+    answered: dict[int, float | None] = {}
+    for c in r.candidates:
+        if c.origin == "final" and c.duplicate_of is None:
+            answered[c.iteration] = c.feedback_at
+    return sum(1 for it in r.iterations if it.index > 0 and it.index - 1 in answered
+               and (answered[it.index - 1] is None or answered[it.index - 1] > it.started_at))
 
 
 def job_figures(job: BenchJobRecord, run_best: float | None) -> dict[str, Any]:
@@ -57,7 +96,31 @@ def job_figures(job: BenchJobRecord, run_best: float | None) -> dict[str, Any]:
         "busy_s": _union([(s, e) for _, s, e in job.intervals]),
         "work_span": [min(extracted), max(answered)] if extracted and answered else None,
         "forks_written": job.forks_written,
+        "turns_without_verdict": _turns_without_verdict(job),
+        **_evidence(r.candidates),
     }
+
+
+def _no_evidence() -> dict[str, Any]:
+    return {"answers": 0, "answers_judged": 0, "speculative": 0, "speculative_judged": 0,
+            "not_judged": {}}
+
+
+def _evidence(candidates: list[CandidateRecord]) -> dict[str, Any]:
+    """Answers and speculative candidates (forks, inline drafts) judged here, and why the others
+    were not."""
+    out = _no_evidence()
+    for c in candidates:
+        if c.duplicate_of is not None:
+            continue
+        kind = "answers" if c.origin == "final" else "speculative"
+        judged, why = _outcome(c)
+        out[kind] += 1
+        out[f"{kind}_judged"] += judged
+        if not judged:
+            key = f"{'answer' if kind == 'answers' else 'speculative'}: {why}"
+            out["not_judged"][key] = out["not_judged"].get(key, 0) + 1
+    return out
 
 
 def geomean_ci(values: list[float], seed: int = 0, rounds: int = 2000) -> dict[str, float | None]:
@@ -128,20 +191,45 @@ def summarize(run: BenchRun) -> dict[str, Any]:
             "tokens_total": sum(r["tokens"] for r in rows),
             "feedback_p50_s_median": float(np.median(fb)) if fb else None,
             "problems_with_correct_kernel": sum(1 for r in rows if r["best_speedup"]),
+            **_pooled_evidence(rows),
         }
+    evidence = _pooled_evidence(figures)
+    judged_share = (evidence["answers_judged"] / evidence["answers"]) if evidence["answers"] else 0.0
+    no_headline = None
+    if judged_share < MIN_JUDGED_SHARE:
+        no_headline = (f"only {evidence['answers_judged']} of {evidence['answers']} answers could "
+                       "be judged on this machine: no ratio is printed")
     ratios: dict[str, Any] = {}
     baselines = [m for m in modes if m in BASELINES]
-    if "specgen" in modes and baselines:
+    if "specgen" in modes and baselines and no_headline is None:
+        def fair(mode: str, problem: str) -> bool:
+            # Pipeline starts a turn without its predecessor's verdict; replaying a trace whose
+            # next turn was written after that verdict costs it nothing, so it is a baseline only
+            # where it ran no turn that way.
+            return (mode, problem) in by and (
+                mode != "pipeline" or by[(mode, problem)]["turns_without_verdict"] == 0)
+
         for key in ("end_to_end_s", "to_near_best_s"):
-            per_problem = {}
+            per_problem, per_sequential, against = {}, {}, {}
             for p in problems:
                 if ("specgen", p) not in by:
                     continue
                 ours = by[("specgen", p)][key] or by[("specgen", p)]["end_to_end_s"]
-                theirs = [by[(b, p)][key] or by[(b, p)]["end_to_end_s"] for b in baselines if (b, p) in by]
+                theirs = {b: by[(b, p)][key] or by[(b, p)]["end_to_end_s"]
+                          for b in baselines if fair(b, p)}
+                theirs = {b: t for b, t in theirs.items() if t}
                 if theirs and ours:
-                    per_problem[p] = ours / min(theirs)
-            ratios[key] = {"per_problem": per_problem, **geomean_ci(list(per_problem.values()))}
+                    best = min(theirs, key=theirs.__getitem__)
+                    per_problem[p], against[p] = ours / theirs[best], best
+                if ours and theirs.get("sequential"):
+                    per_sequential[p] = ours / theirs["sequential"]
+            ratios[key] = {"per_problem": per_problem, "baseline_per_problem": against,
+                           **geomean_ci(list(per_problem.values()))}
+            ratios[f"{key}_vs_sequential"] = {"per_problem": per_sequential,
+                                              **geomean_ci(list(per_sequential.values()))}
+        unfair = sorted(p for p in problems if ("pipeline", p) in by and not fair("pipeline", p))
+        ratios["pipeline_not_a_baseline"] = {
+            p: by[("pipeline", p)]["turns_without_verdict"] for p in unfair}
         seq = {p: by[("sequential", p)]["profiled"] for p in problems if ("sequential", p) in by}
         ours = {p: by[("specgen", p)]["profiled"] for p in problems if ("specgen", p) in by}
         ratios["profiled_vs_sequential"] = (sum(ours.values()) / sum(seq.values())
@@ -150,8 +238,19 @@ def summarize(run: BenchRun) -> dict[str, Any]:
         ratios["best_speedup_vs_best_baseline"] = ((per_mode["specgen"]["best_speedup"]["geomean"] or 0.0)
                                                    / best_base if best_base else None)
     return {"hardware": run.hardware, "config": run.config, "ceiling": run.ceiling,
-            "per_mode": per_mode, "ratios": ratios, "utilization": utilization(run),
+            "per_mode": per_mode, "ratios": ratios, "evidence": evidence,
+            "no_headline": no_headline, "utilization": utilization(run),
             "jobs": figures, "wall_s": run.finished_at - run.started_at}
+
+
+def _pooled_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out = _no_evidence()
+    for row in rows:
+        for key in ("answers", "answers_judged", "speculative", "speculative_judged"):
+            out[key] += row.get(key, 0)
+        for why, count in row.get("not_judged", {}).items():
+            out["not_judged"][why] = out["not_judged"].get(why, 0) + count
+    return out
 
 
 def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
@@ -172,8 +271,12 @@ def table(summary: dict[str, Any]) -> str:
     def fmt(x: Any, spec: str = ".2f") -> str:
         return "-" if x is None else format(x, spec)
 
+    speed = summary["config"]["speed"]
+    pace = ("reasoning at the timing model's real pace" if speed == 1 else
+            f"reasoning {speed:g}x the timing model's pace while evaluation runs at its own: "
+            "not the regime of a real run")
     lines = [f"hardware: {summary['hardware']}; fork model: {summary['config']['fork_model']}; "
-             f"speed x{summary['config']['speed']:g}; concurrency {summary['config']['concurrency']}",
+             f"speed x{speed:g} ({pace}); concurrency {summary['config']['concurrency']}",
              f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time", "",
              "| mode | end-to-end s (geo) | to near-best s (geo) | profiled | best speedup (geo) | tokens | feedback p50 s | util. of run | util. while work waits | util. while queued (s queued) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -185,13 +288,32 @@ def table(summary: dict[str, Any]) -> str:
                      f"{fmt(m['feedback_p50_s_median'])} | {fmt(u.get('of_run'), '.0%')} | "
                      f"{fmt(u.get('while_work_waits'), '.0%')} | "
                      f"{fmt(u.get('while_queued'), '.0%')} ({u.get('queued_s', 0.0):.0f}) |")
+    lines += ["", "| mode | answers judged here | speculative candidates judged here |",
+              "| --- | --- | --- |"]
+    for mode, m in summary["per_mode"].items():
+        lines.append(f"| {mode} | {m['answers_judged']} of {m['answers']} | "
+                     f"{m['speculative_judged']} of {m['speculative']} |")
+    reasons = sorted(summary["evidence"]["not_judged"].items(), key=lambda kv: -kv[1])
+    if reasons:
+        lines += ["", "not judged (all modes), by reason:"]
+        lines += [f"- {count} x {why}" for why, count in reasons[:10]]
+    if summary.get("no_headline"):
+        lines += ["", summary["no_headline"]]
+        return "\n".join(lines)
     r = summary["ratios"]
     if r:
         lines.append("")
         for key, label in (("end_to_end_s", "end-to-end"), ("to_near_best_s", "to near-best")):
-            g = r[key]
-            lines.append(f"specgen / best baseline, {label}: {fmt(g['geomean'], '.3f')} "
-                         f"(95% CI {fmt(g['low'], '.3f')}-{fmt(g['high'], '.3f')}, {g['n']} problems)")
+            for suffix, against in (("", "best fair baseline"), ("_vs_sequential", "sequential")):
+                g = r[key + suffix]
+                lines.append(f"specgen / {against}, {label}: {fmt(g['geomean'], '.3f')} (95% CI "
+                             f"{fmt(g['low'], '.3f')}-{fmt(g['high'], '.3f')} over {g['n']} "
+                             "problems, one run)")
+        if r.get("pipeline_not_a_baseline"):
+            skipped = r["pipeline_not_a_baseline"]
+            lines.append(f"pipeline is no baseline for {len(skipped)} problem(s): it began "
+                         f"{sum(skipped.values())} turn(s) before the previous turn's verdict, "
+                         "which a replayed trace (written after that verdict) gives it for free")
         lines.append(f"profiling feedback, specgen / sequential: {fmt(r['profiled_vs_sequential'])}x")
         lines.append(f"best speedup, specgen / best baseline: {fmt(r['best_speedup_vs_best_baseline'], '.3f')}")
     return "\n".join(lines)
@@ -267,7 +389,7 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
         ax.axhline(summary["ceiling"], color="gray", linestyle="--", linewidth=0.8,
                    label="ceiling of draft harvesting")
         ax.set_xticks(range(len(names)), names, rotation=60, fontsize=7, ha="right")
-        ax.set_ylabel("specgen / best baseline, end-to-end")
+        ax.set_ylabel("specgen / best fair baseline, end-to-end")
         ax.legend(fontsize=8)
         fig.tight_layout()
         paths.append(out / "ratio_per_problem.png")

@@ -12,7 +12,7 @@ import pytest
 from specgen.cli import main
 from specgen.errors import UsageError
 from specgen.engines.trace import TraceBuilder
-from specgen.messages import JobMetrics, OptimizeResult
+from specgen.messages import JobMetrics, OptimizeResult, Verdict
 from specgen.optimize import loop
 from specgen.optimize.bench import (
     BenchConfig, BenchRun, _one_job, generated_problems, problems_from_traces, programs_in,
@@ -56,7 +56,8 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     assert ratio["n"] == 2 and math.isfinite(ratio["geomean"])
     assert 0 < data["ceiling"] <= 1
     report = (out / "report.md").read_text()
-    assert "specgen / best baseline, end-to-end" in report
+    assert "specgen / best fair baseline, end-to-end" in report
+    assert "specgen / sequential, end-to-end" in report and "answers judged here" in report
     for png in ("speedup_over_time.png", "worker_timeline.png", "ratio_per_problem.png"):
         assert (out / png).stat().st_size > 1000
     # The bench's folder and what it writes there are private (its jobs' problems and kernels).
@@ -101,8 +102,10 @@ def test_samples_of_one_problem_are_entries_of_their_own(tmp_path: Path, monkeyp
     async def fake_run_job(spec, engine, backend):
         seconds = {"softmax#0": 10.0, "layernorm": 20.0, "softmax#2": 30.0, "softmax#3": 40.0}
         entry = spec.job_id.split("-")[3]             # bench-run-<batch>-<entry>-<mode>
+        answer = _candidate("a0", 0, "final", "correct",
+                            Verdict(correct=True, compiled=True, speedup=1.5), 1.0)
         return OptimizeResult(job_id=spec.job_id, problem_name=spec.problem_name, mode=spec.mode,
-                              status="iterations_done", best_speedup=1.5,
+                              status="iterations_done", best_speedup=1.5, candidates=[answer],
                               metrics=JobMetrics(end_to_end_s=seconds[entry]))
 
     monkeypatch.setattr(loop, "run_job", fake_run_job)
@@ -133,3 +136,75 @@ def test_prebuilt_programs_include_unfenced_drafts(tmp_path: Path) -> None:
     trace = TraceBuilder(token_rate=100.0, problem="softmax", hand_written=False)
     trace.add_iteration(reasoning, forks=[], final_text=f"```python\n{PROGRAM}```\n")
     assert programs_in(trace.build()) == [unfenced, fenced, PROGRAM]
+
+
+def _candidate(cid: str, iteration: int, origin: str, status: str, verdict, feedback_at):
+    from specgen.messages import CandidateRecord, CandidateUpdate
+
+    update = CandidateUpdate(job_id="j", candidate_id=cid, stage="full", verdict=verdict,
+                             started_at=1.0, finished_at=2.0)
+    return CandidateRecord(candidate_id=cid, iteration=iteration, origin=origin, request_id="r",
+                           position=0, fingerprint=cid, source="", extracted_at=1.0,
+                           status=status, validation=update, profile=update,
+                           feedback_at=feedback_at)
+
+
+def _job(mode: str, problem: str, seconds: float, candidates, iteration_starts) -> "BenchJobRecord":
+    from specgen.messages import IterationRecord
+    from specgen.optimize.bench import BenchJobRecord
+
+    result = OptimizeResult(job_id=f"{mode}-{problem}", problem_name=problem, mode=mode,
+                            status="iterations_done", started_at=0.0, candidates=candidates,
+                            iterations=[IterationRecord(index=i, started_at=t)
+                                        for i, t in enumerate(iteration_starts)],
+                            metrics=JobMetrics(end_to_end_s=seconds))
+    return BenchJobRecord(mode=mode, problem=problem, batch=0, result=result, intervals=[])
+
+
+def test_pipeline_is_no_baseline_where_it_skipped_a_verdict() -> None:
+    good = Verdict(correct=True, compiled=True, speedup=1.2)
+
+    def answers(feedback):   # two turns' answers, verdicts at the given times
+        return [_candidate(f"a{i}", i, "final", "correct", good, t) for i, t in enumerate(feedback)]
+
+    jobs = [_job("specgen", "p", 80.0, answers([40.0, 80.0]), [0.0, 40.0]),
+            _job("sequential", "p", 100.0, answers([50.0, 100.0]), [0.0, 50.0]),
+            # turn 1 began at 30 s, before turn 0's verdict at 50 s: a free turn in replay
+            _job("pipeline", "p", 60.0, answers([50.0, 60.0]), [0.0, 30.0])]
+    summary = summarize(BenchRun(config={"modes": ["specgen", "sequential", "pipeline"]},
+                                 jobs=jobs))
+    ratios = summary["ratios"]
+    assert ratios["end_to_end_s"]["per_problem"] == {"p": pytest.approx(0.8)}
+    assert ratios["end_to_end_s"]["baseline_per_problem"] == {"p": "sequential"}
+    assert ratios["end_to_end_s_vs_sequential"]["geomean"] == pytest.approx(0.8)
+    assert ratios["pipeline_not_a_baseline"] == {"p": 1}
+    assert summary["jobs"][2]["turns_without_verdict"] == 1
+    # A pipeline that waited for every verdict is a baseline like the others.
+    jobs[2] = _job("pipeline", "p", 60.0, answers([20.0, 60.0]), [0.0, 30.0])
+    again = summarize(BenchRun(config={"modes": ["specgen", "sequential", "pipeline"]}, jobs=jobs))
+    assert again["ratios"]["end_to_end_s"]["baseline_per_problem"] == {"p": "pipeline"}
+    assert again["ratios"]["pipeline_not_a_baseline"] == {}
+
+
+def test_no_ratio_without_answers_judged_here() -> None:
+    from specgen.optimize.bench_report import table
+
+    unbuilt = Verdict(correct=False, compiled=False,
+                      error="extension softmax_ext failed to build: nvcc not found")
+    wrong = Verdict(correct=False, compiled=True, error="output mismatch at [0, 1]")
+    run = BenchRun(config={"modes": ["specgen", "sequential"], "fork_model": "draft", "speed": 1.0,
+                           "concurrency": 1},
+                   jobs=[_job("specgen", "p", 10.0,
+                              [_candidate("a0", 0, "final", "failed", unbuilt, 5.0),
+                               _candidate("f0", 0, "fork", "incorrect", wrong, 3.0)], [0.0]),
+                         _job("sequential", "p", 12.0,
+                              [_candidate("a0", 0, "final", "failed", unbuilt, 6.0)], [0.0])])
+    summary = summarize(run)
+    assert summary["evidence"]["answers"] == 2 and summary["evidence"]["answers_judged"] == 0
+    assert summary["per_mode"]["specgen"]["speculative_judged"] == 1
+    assert summary["no_headline"].startswith("only 0 of 2 answers")
+    assert summary["ratios"] == {}
+    text = table({**summary, "hardware": "cpu", "ceiling": 1.0})
+    assert "no ratio is printed" in text and "best fair baseline" not in text
+    assert "2 x answer: extension softmax_ext failed to build: nvcc not found" in text
+    assert "reasoning at the timing model's real pace" in text
