@@ -266,6 +266,14 @@ def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def devices_text(devices: list[str]) -> str:
+    """Workers as they were: "8 on cuda:0" when eight share one GPU, not "8 GPUs"."""
+    counts: dict[str, int] = {}
+    for device in devices:
+        counts[device] = counts.get(device, 0) + 1
+    return ", ".join(f"{n} on {d}" for d, n in counts.items()) or "-"
+
+
 def table(summary: dict[str, Any]) -> str:
     """The per-mode table and the ratios, as Markdown."""
     def fmt(x: Any, spec: str = ".2f") -> str:
@@ -275,8 +283,10 @@ def table(summary: dict[str, Any]) -> str:
     pace = ("reasoning at the timing model's real pace" if speed == 1 else
             f"reasoning {speed:g}x the timing model's pace while evaluation runs at its own: "
             "not the regime of a real run")
-    lines = [f"hardware: {summary['hardware']}; fork model: {summary['config']['fork_model']}; "
-             f"speed x{speed:g} ({pace}); concurrency {summary['config']['concurrency']}",
+    lines = [f"hardware: {summary['hardware']}; evaluation workers: "
+             f"{devices_text(summary['config'].get('devices', []))}; fork model: "
+             f"{summary['config']['fork_model']}; speed x{speed:g} ({pace}); "
+             f"concurrency {summary['config']['concurrency']}",
              f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time", "",
              "| mode | end-to-end s (geo) | to near-best s (geo) | profiled | best speedup (geo) | tokens | feedback p50 s | util. of run | util. while work waits | util. while queued (s queued) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

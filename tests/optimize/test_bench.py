@@ -208,3 +208,5 @@ def test_no_ratio_without_answers_judged_here() -> None:
     assert "no ratio is printed" in text and "best fair baseline" not in text
     assert "2 x answer: extension softmax_ext failed to build: nvcc not found" in text
     assert "reasoning at the timing model's real pace" in text
+    from specgen.optimize.bench_report import devices_text
+    assert devices_text(["cuda:0"] * 8 + ["cuda:1"]) == "8 on cuda:0, 1 on cuda:1"
