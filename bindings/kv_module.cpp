@@ -6,6 +6,8 @@
 
 #include "../csrc/block_table.h"
 #include "../csrc/cuda_ops.h"
+#include "../csrc/pool_core.h"
+#include "../csrc/pool_server.h"
 #include "../csrc/transfer.h"
 
 namespace py = pybind11;
@@ -98,7 +100,7 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .def_readwrite("warps_per_cta", &cuda_ops::KernelConfig::warps_per_cta)
       .def_readwrite("ctas_per_sm", &cuda_ops::KernelConfig::ctas_per_sm);
 
-  py::class_<Transfer>(m, "Transfer", py::module_local())
+  py::class_<Transfer, std::shared_ptr<Transfer>>(m, "Transfer", py::module_local())
       .def(py::init<int, std::vector<Region>, int64_t, int64_t, int64_t, int64_t>(), py::arg("device"),
            py::arg("regions"), py::arg("num_blocks"), py::arg("slot_bytes"), py::arg("slots_per_segment"),
            py::arg("max_segments"))
@@ -197,7 +199,90 @@ PYBIND11_MODULE(_kv_transfer, m) {
       .def("touch", [](BlockTable& t, const KeyArray& keys) { t.touch(keys.data(), keys.size()); })
       .def("slot_of", &BlockTable::slot_of)
       .def("remove", [](BlockTable& t, const KeyArray& keys) { return to_array(t.remove(keys.data(), keys.size())); })
-      .def("clear", [](BlockTable& t) { return to_array(t.clear()); });
+      .def("clear", [](BlockTable& t) { return to_array(t.clear()); })
+      .def("acquire_prefix", [](BlockTable& t, const KeyArray& keys) {
+        py::array_t<int64_t> slots(keys.size());
+        const int64_t held = t.acquire_prefix(keys.data(), keys.size(), slots.mutable_data());
+        return py::array_t<int64_t>(held, slots.data());
+      });
+
+  py::class_<PoolSegment>(m, "PoolSegment", py::module_local())
+      .def_readonly("index", &PoolSegment::index)
+      .def_readonly("serial", &PoolSegment::serial)
+      .def_readonly("address", &PoolSegment::address)
+      .def_readonly("device", &PoolSegment::device)
+      .def_readonly("nbytes", &PoolSegment::nbytes)
+      .def_readonly("owned", &PoolSegment::owned);
+
+  py::class_<PoolCounters>(m, "PoolCounters", py::module_local())
+      .def_readonly("table", &PoolCounters::table)
+      .def_readonly("capacity_bytes", &PoolCounters::capacity_bytes)
+      .def_readonly("segments", &PoolCounters::segments)
+      .def_readonly("grows", &PoolCounters::grows)
+      .def_readonly("shrinks", &PoolCounters::shrinks)
+      .def_readonly("late_misses", &PoolCounters::late_misses)
+      .def_readonly("inflight", &PoolCounters::inflight)
+      .def_readonly("bytes_by_device", &PoolCounters::bytes_by_device);
+
+  py::class_<ReleaseReport>(m, "ReleaseReport", py::module_local())
+      .def_readonly("freed_bytes", &ReleaseReport::freed_bytes)
+      .def_readonly("lent", &ReleaseReport::lent)
+      .def_readonly("began_s", &ReleaseReport::began_s)
+      .def_readonly("ended_s", &ReleaseReport::ended_s)
+      .def_readonly("retire_ms", &ReleaseReport::retire_ms)
+      .def_readonly("wait_ms", &ReleaseReport::wait_ms)
+      .def_readonly("free_ms", &ReleaseReport::free_ms)
+      .def_readonly("passes", &ReleaseReport::passes)
+      .def_readonly("timed_out", &ReleaseReport::timed_out)
+      .def_readonly("busy", &ReleaseReport::busy);
+
+  // Calls that may wait (for copies, cudaMalloc/cudaFree, the give-back's locks) release the
+  // interpreter; the short bookkeeping calls keep it.
+  using release_gil = py::call_guard<py::gil_scoped_release>;
+  py::class_<PoolCore, std::shared_ptr<PoolCore>>(m, "PoolCore", py::module_local())
+      .def(py::init<std::shared_ptr<Transfer>, int64_t, int64_t, int64_t, int64_t, std::vector<int>>(),
+           py::arg("transfer"), py::arg("max_segments"), py::arg("slots_per_segment"), py::arg("headroom_bytes"),
+           py::arg("max_bytes"), py::arg("devices"))
+      .def_property_readonly("table", &PoolCore::table, py::return_value_policy::reference_internal)
+      .def_property_readonly("segment_bytes", &PoolCore::segment_bytes)
+      .def("set_headroom", &PoolCore::set_headroom)
+      .def("acquire_prefix",
+           [](PoolCore& c, const KeyArray& keys) {
+             py::array_t<int64_t> slots(keys.size());
+             const int64_t held = c.acquire_prefix(keys.data(), keys.size(), slots.mutable_data());
+             return py::array_t<int64_t>(held, slots.data());
+           })
+      .def("track",
+           [](PoolCore& c, std::shared_ptr<CopyEvent> event, const KeyArray& keys, bool store) {
+             return c.track(std::move(event), std::vector<uint64_t>(keys.data(), keys.data() + keys.size()), store);
+           })
+      .def("finish", &PoolCore::finish)
+      .def("poll", &PoolCore::poll)
+      .def("wait_all", &PoolCore::wait_all, release_gil())
+      .def("grow", &PoolCore::grow, py::arg("nbytes"), py::arg("device"), release_gil())
+      .def("add_segment", &PoolCore::add_segment, py::arg("address"), py::arg("device"), py::arg("nbytes"),
+           py::arg("owned"))
+      .def("shrink", &PoolCore::shrink, py::arg("nbytes"), py::arg("device"), py::arg("timeout_s"),
+           py::arg("relocate"), py::arg("include_lent"), release_gil())
+      .def("release_segment", &PoolCore::release_segment, py::arg("index"), py::arg("timeout_s"),
+           py::arg("relocate"), release_gil())
+      .def("counters", &PoolCore::counters)
+      .def("segments", &PoolCore::segments)
+      .def_property_readonly("capacity_bytes", &PoolCore::capacity_bytes)
+      .def("close", &PoolCore::close, release_gil());
+
+  py::class_<PoolServer>(m, "PoolServer", py::module_local())
+      .def(py::init<std::shared_ptr<PoolCore>, int, double>(), py::arg("core"), py::arg("fd"),
+           py::arg("shrink_timeout_s"))
+      .def("stop", &PoolServer::stop, release_gil())
+      .def_property_readonly("served", &PoolServer::served)
+      .def("last_reply", [](const PoolServer& server) {
+        const PoolReply reply = server.last_reply();
+        return py::bytes(reinterpret_cast<const char*>(&reply), sizeof(reply));
+      });
+  m.attr("ANY_DEVICE") = kAnyDevice;
+  m.attr("POOL_REQUEST_BYTES") = sizeof(PoolRequest);
+  m.attr("POOL_REPLY_BYTES") = sizeof(PoolReply);
   m.attr("ALREADY_PRESENT") = BlockTable::kAlreadyPresent;
   m.attr("NO_ROOM") = BlockTable::kNoRoom;
   m.attr("MISS") = BlockTable::kMiss;

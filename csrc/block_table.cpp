@@ -15,9 +15,15 @@ BlockTable::BlockTable(int64_t max_slots) {
   in_free_.assign(max_slots, 0);
 }
 
+int64_t BlockTable::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(entries_.size());
+}
+
 BlockTableStats BlockTable::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
   BlockTableStats s = counters_;
-  s.entries = size();
+  s.entries = static_cast<int64_t>(entries_.size());
   s.capacity = capacity_;
   int64_t free_count = 0;
   for (int64_t slot : free_) {
@@ -29,6 +35,7 @@ BlockTableStats BlockTable::stats() const {
 }
 
 void BlockTable::enable_slots(int64_t lo, int64_t hi) {
+  std::lock_guard<std::mutex> lock(mu_);
   KV_CHECK(0 <= lo && lo <= hi && hi <= max_slots(),
            "enable_slots: range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                ") is outside [0, " + std::to_string(max_slots()) + ")");
@@ -91,6 +98,7 @@ std::unordered_map<uint64_t, BlockTable::Entry>::iterator BlockTable::evictable(
 }
 
 AllocateResult BlockTable::allocate(const uint64_t* keys, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
   AllocateResult out;
   out.slots.resize(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -128,6 +136,7 @@ AllocateResult BlockTable::allocate(const uint64_t* keys, int64_t n) {
 }
 
 void BlockTable::complete_store(const uint64_t* keys, int64_t n, bool success) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
     KV_CHECK(it != entries_.end(), "complete_store: block " + std::to_string(keys[i]) +
@@ -146,6 +155,7 @@ void BlockTable::complete_store(const uint64_t* keys, int64_t n, bool success) {
 }
 
 int BlockTable::lookup(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     ++counters_.misses;
@@ -162,6 +172,7 @@ int BlockTable::lookup(uint64_t key) {
 }
 
 int BlockTable::peek(uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return kMiss;
   if (readable(it->second)) return kHit;
@@ -169,6 +180,7 @@ int BlockTable::peek(uint64_t key) const {
 }
 
 int64_t BlockTable::lookup_prefix(const uint64_t* keys, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
   int64_t hits = 0;
   for (; hits < n; ++hits) {
     auto it = entries_.find(keys[hits]);
@@ -179,7 +191,23 @@ int64_t BlockTable::lookup_prefix(const uint64_t* keys, int64_t n) {
   return hits;
 }
 
+int64_t BlockTable::acquire_prefix(const uint64_t* keys, int64_t n, int64_t* slots_out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t held = 0;
+  for (; held < n; ++held) {
+    auto it = entries_.find(keys[held]);
+    if (it == entries_.end() || !readable(it->second)) break;
+    Entry& e = it->second;
+    if (e.refs++ == 0) ++pinned_;
+    touch_entry(e, keys[held]);
+    slots_out[held] = e.slot;
+  }
+  counters_.loads += held;
+  return held;
+}
+
 void BlockTable::acquire(const uint64_t* keys, int64_t n, int64_t* slots_out) {
+  std::lock_guard<std::mutex> lock(mu_);
   // Check everything first so a failure pins nothing.
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
@@ -199,6 +227,7 @@ void BlockTable::acquire(const uint64_t* keys, int64_t n, int64_t* slots_out) {
 }
 
 void BlockTable::release(const uint64_t* keys, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
     KV_CHECK(it != entries_.end() && it->second.refs > 0 && it->second.ready,
@@ -208,6 +237,7 @@ void BlockTable::release(const uint64_t* keys, int64_t n) {
 }
 
 void BlockTable::touch(const uint64_t* keys, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
     if (it != entries_.end()) touch_entry(it->second, keys[i]);
@@ -215,11 +245,13 @@ void BlockTable::touch(const uint64_t* keys, int64_t n) {
 }
 
 int64_t BlockTable::slot_of(uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   return it == entries_.end() ? -1 : it->second.slot;
 }
 
 std::vector<uint64_t> BlockTable::remove(const uint64_t* keys, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint64_t> removed;
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);
@@ -231,6 +263,7 @@ std::vector<uint64_t> BlockTable::remove(const uint64_t* keys, int64_t n) {
 }
 
 std::vector<uint64_t> BlockTable::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint64_t> removed;
   for (auto it = entries_.begin(); it != entries_.end();) {
     auto next = std::next(it);
@@ -244,6 +277,7 @@ std::vector<uint64_t> BlockTable::clear() {
 }
 
 int64_t BlockTable::used_in_range(int64_t lo, int64_t hi) const {
+  std::lock_guard<std::mutex> lock(mu_);
   KV_CHECK(0 <= lo && lo <= hi && hi <= max_slots(), "used_in_range: range outside the slot space");
   int64_t count = 0;
   for (int64_t slot = lo; slot < hi; ++slot) count += used_[slot];
@@ -251,6 +285,11 @@ int64_t BlockTable::used_in_range(int64_t lo, int64_t hi) const {
 }
 
 void BlockTable::disable_slots(int64_t lo, int64_t hi) {
+  std::lock_guard<std::mutex> lock(mu_);
+  disable_range(lo, hi);
+}
+
+void BlockTable::disable_range(int64_t lo, int64_t hi) {
   KV_CHECK(0 <= lo && lo <= hi && hi <= max_slots(),
            "disable_slots: range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                ") is outside [0, " + std::to_string(max_slots()) + ")");
@@ -263,7 +302,8 @@ void BlockTable::disable_slots(int64_t lo, int64_t hi) {
 }
 
 RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
-  disable_slots(lo, hi);
+  std::lock_guard<std::mutex> lock(mu_);
+  disable_range(lo, hi);
   RetirePlan plan;
   // Candidates: unpinned complete blocks in the range, most recently used first, so the hottest
   // blocks get the free slots elsewhere.
@@ -319,6 +359,7 @@ RetirePlan BlockTable::retire_slots(int64_t lo, int64_t hi, bool relocate) {
 }
 
 void BlockTable::finish_moves(const uint64_t* keys, int64_t n, bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
   // Check everything first so a bad key changes nothing.
   for (int64_t i = 0; i < n; ++i) {
     auto it = entries_.find(keys[i]);

@@ -5,10 +5,14 @@
 // pool grew) and retired (the pool shrinks). Entries carry a reference count: a block is pinned while a
 // copy into or out of its slot is in flight, and a pinned block is never evicted or moved. Eviction is
 // least-recently-used among unpinned, complete blocks.
+//
+// Every public call is atomic (one mutex inside): the pool's give-back thread (csrc/pool_core.h)
+// retires slots while the engine's threads look up, pin and store blocks.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -58,7 +62,7 @@ class BlockTable {
   explicit BlockTable(int64_t max_slots);
 
   int64_t max_slots() const { return static_cast<int64_t>(owner_.size()); }
-  int64_t size() const { return static_cast<int64_t>(entries_.size()); }
+  int64_t size() const;
   BlockTableStats stats() const;
 
   // Slots [lo, hi) become usable (a segment was added).
@@ -88,6 +92,10 @@ class BlockTable {
   int peek(uint64_t key) const;
   // How many leading keys are complete blocks. Counts hits for those and misses for the rest.
   int64_t lookup_prefix(const uint64_t* keys, int64_t n);
+  // Pin the leading keys that are complete blocks (up to the first that is not), mark them recently
+  // used and write their slots; how many were pinned. Unlike lookup_prefix + acquire, nothing can
+  // leave the pool between the two.
+  int64_t acquire_prefix(const uint64_t* keys, int64_t n, int64_t* slots_out);
   // Pin complete blocks for loading and mark them recently used; writes their slots.
   void acquire(const uint64_t* keys, int64_t n, int64_t* slots_out);
   // Unpin blocks pinned by acquire.
@@ -110,6 +118,7 @@ class BlockTable {
     std::list<uint64_t>::iterator lru;     // position in lru_ (front = least recently used)
   };
 
+  void disable_range(int64_t lo, int64_t hi);
   int64_t pop_free_slot();
   void free_slot(int64_t slot);
   void drop(std::unordered_map<uint64_t, Entry>::iterator it);
@@ -121,6 +130,7 @@ class BlockTable {
   std::unordered_map<uint64_t, Entry>::iterator evictable(uint64_t younger_than,
                                                           std::list<uint64_t>::iterator* cursor = nullptr);
 
+  mutable std::mutex mu_;              // guards everything below
   std::unordered_map<uint64_t, Entry> entries_;
   std::list<uint64_t> lru_;
   std::vector<uint64_t> owner_;        // key held by each slot (valid when used_[slot])

@@ -77,6 +77,7 @@ Transfer::~Transfer() {
 void Transfer::start_persistent(int64_t idle_us) {
   KV_CHECK(device_ >= 0, "start_persistent: the persistent copier needs a CUDA device (this transfer works on host memory)");
   if (persistent_) return;
+  std::lock_guard<std::mutex> lock(segments_mu_);
   persistent_ = cuda_ops::persistent_start(device_layout_, slots_per_segment_, slot_bytes_, segments_, idle_us);
 }
 
@@ -97,6 +98,7 @@ std::pair<int64_t, int64_t> Transfer::persistent_last_timing() const {
 }
 
 void Transfer::set_segment(int64_t index, uint64_t base) {
+  std::lock_guard<std::mutex> lock(segments_mu_);
   KV_CHECK(index >= 0 && index < max_segments_, "set_segment: segment index " + std::to_string(index) +
                                                     " is outside [0, " + std::to_string(max_segments_) + ")");
   segments_[index] = base;
@@ -179,6 +181,7 @@ void Transfer::piece_lists(bool to_pool, const int64_t* blocks, const int64_t* s
 
 std::shared_ptr<CopyEvent> Transfer::copy(bool to_pool, const int64_t* blocks, const int64_t* slots, int64_t n,
                                           uint64_t stream, std::optional<uint64_t> after, Method method) {
+  std::lock_guard<std::mutex> lock(segments_mu_);
   check_pairs(blocks, slots, n);
   if (device_ < 0) {
     KV_CHECK(method != Method::Persistent, "method persistent needs a CUDA device (this transfer works on host memory)");
@@ -228,6 +231,7 @@ std::shared_ptr<CopyEvent> Transfer::copy(bool to_pool, const int64_t* blocks, c
 }
 
 std::shared_ptr<CopyEvent> Transfer::move_slots(const int64_t* from, const int64_t* to, int64_t n, uint64_t stream) {
+  std::lock_guard<std::mutex> lock(segments_mu_);
   std::vector<int64_t> zeros(static_cast<size_t>(n), 0);
   check_pairs(zeros.data(), from, n);
   check_pairs(zeros.data(), to, n);

@@ -77,7 +77,10 @@ class Transfer {
   int64_t max_segments() const { return max_segments_; }
   int64_t block_bytes() const { return block_bytes_; }
   const std::vector<Region>& regions() const { return regions_; }
-  std::vector<uint64_t> segments() const { return segments_; }
+  std::vector<uint64_t> segments() const {
+    std::lock_guard<std::mutex> lock(segments_mu_);
+    return segments_;
+  }
 
   cuda_ops::KernelConfig kernel_config;
   // Under Auto, layouts whose pieces average at least this many bytes use the copy engines.
@@ -98,6 +101,9 @@ class Transfer {
   int64_t slots_per_segment_;
   int64_t max_segments_;
   int64_t block_bytes_ = 0;
+  // The pool's give-back thread removes segments while other threads copy: set_segment and every
+  // copy take this lock around their use of the segment table.
+  mutable std::mutex segments_mu_;
   std::vector<uint64_t> segments_;
   std::vector<int> segment_devices_;
   cuda_ops::DeviceLayout device_layout_;

@@ -65,6 +65,13 @@ class BlockTable:
     def __init__(self, max_slots: int) -> None:
         self._table = kv_extension().BlockTable(int(max_slots))
 
+    @classmethod
+    def of(cls, table) -> "BlockTable":
+        """This wrapper around an extension table owned elsewhere (a PoolCore's)."""
+        self = cls.__new__(cls)
+        self._table = table
+        return self
+
     @property
     def max_slots(self) -> int:
         return int(self._table.max_slots)
@@ -114,6 +121,10 @@ class BlockTable:
     def lookup_prefix(self, keys: np.ndarray | Sequence[int]) -> int:
         """How many leading keys are complete blocks in the pool."""
         return int(self._table.lookup_prefix(np.asarray(keys, dtype=np.uint64)))
+
+    def acquire_prefix(self, keys: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Pin the leading keys that are complete blocks (up to the first that is not); their slots."""
+        return self._table.acquire_prefix(np.asarray(keys, dtype=np.uint64))
 
     def acquire(self, keys: np.ndarray | Sequence[int]) -> np.ndarray:
         """Pin complete blocks for loading; their slots."""

@@ -56,6 +56,11 @@ class PoolControlClient:
         self._socket.setsockopt(zmq.SNDHWM, 16)
         self._socket.connect(endpoint)
 
+    @property
+    def socket(self) -> zmq.Socket:
+        """The DEALER socket (to poll it beside other descriptors)."""
+        return self._socket
+
     def send_stats(self, stats: KvPoolStats) -> None:
         try:
             self._socket.send(wire.encode(stats)[0], flags=zmq.NOBLOCK)

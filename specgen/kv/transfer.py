@@ -57,6 +57,11 @@ class KvTransfer:
         self._copy = self._transfer.copy
 
     @property
+    def native(self) -> Any:
+        """The extension's Transfer (the C++ pool shares it)."""
+        return self._transfer
+
+    @property
     def slots_per_segment(self) -> int:
         return int(self._transfer.slots_per_segment)
 
