@@ -28,7 +28,7 @@ from typing import Any, Callable
 from specgen.engines.timing_model import TimingModel
 from specgen.engines.trace import Trace
 from specgen.messages import OptimizeResult, OptimizeSpec
-from specgen.optimize.ceiling import ceiling
+from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.fork_models import FORK_MODELS, fork_writer
 from specgen.optimize.modes import MODES
 from specgen.optimize.trace_replay import IterationModelledEngine
@@ -123,7 +123,8 @@ class BenchRun:
     config: dict[str, Any]
     jobs: list[BenchJobRecord] = field(default_factory=list)
     batches: list[BatchRecord] = field(default_factory=list)
-    ceiling: float = 1.0
+    ceiling: float = 1.0                    # the draft ceiling (ceiling.py), pooled
+    named_ceiling: float = 1.0              # the named ceiling, pooled
     ceiling_turns: list[dict] = field(default_factory=list)
     hardware: str = ""
     started_at: float = 0.0
@@ -200,10 +201,10 @@ async def run_bench(config: BenchConfig,
         config.eval_options = {**config.eval_options, "cache_dir": str(config.cache_dir)}
         if config.prebuild:
             await asyncio.to_thread(prebuild, config)
-    pooled, turns = ceiling([p.trace for p in config.problems])
+    draft_bound, turns = ceiling([p.trace for p in config.problems])
     # Per turn under the entry's name: several traces of one problem are told apart.
     entries = [p.name for p in config.problems for _ in p.trace.iterations]
-    run = BenchRun(config=_describe(config), ceiling=pooled,
+    run = BenchRun(config=_describe(config), ceiling=draft_bound, named_ceiling=pooled(turns),
                    ceiling_turns=[{**dataclasses.asdict(t), "problem": name}
                                   for t, name in zip(turns, entries)],
                    hardware=hardware_label(config.devices), started_at=time.time())

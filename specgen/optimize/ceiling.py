@@ -12,13 +12,22 @@ The reasoning is read as the loop reads it: a draft counts from the chunk that d
 showing it has ended (the closing fence, the first words of the prose after an unfenced program);
 a draft that only the end of the reasoning completes (the scanner's `finish`, which the loop calls
 when the think-end tag arrives) counts from the chunk of the answer that delivers the tag.
+
+Beside it, the **named ceiling** (the bound of forks that write): stop where the final answer's
+kernel is first named in the reasoning (`extraction.first_naming`, the point from which the `named`
+fork model writes the answer), plus that fork's own writing of the answer program (its tokens at
+the same rate, in the trace's tokens; the fork's prefill is on a cached prefix and counted as nothing). A turn that never
+names the answer's kernel, or whose fork would finish later than the turn itself, counts in full.
+In both ceilings the evaluation of the answer is left out of both sides: it waits in no queue, and
+takes the same time whichever way the answer came.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from specgen.engines.trace import Iteration, Trace
-from specgen.optimize.extraction import CodeBlock, CodeBlockScanner, extract_candidate, kernel_bodies
+from specgen.optimize.extraction import (CodeBlock, CodeBlockScanner, extract_candidate, first_naming,
+                                         kernel_bodies)
 
 
 @dataclass
@@ -28,6 +37,8 @@ class TurnCeiling:
     total_tokens: int                   # reasoning + answer
     stop_tokens: int                    # where a zero-cost harvester could stop
     draft_position: float | None        # share of the reasoning the loop had read by then; None: none
+    named_stop_tokens: int = 0          # where a fork from the first naming would have written it
+    named_position: float | None = None  # share of the reasoning read at the first naming; None: none
 
 
 def _tokens_through(iteration: Iteration, offset: int) -> int:
@@ -64,23 +75,51 @@ def _harvests(iteration: Iteration, think_end: str) -> list[tuple[CodeBlock, int
     return [(block, tokens) for block, tokens in found if block.is_candidate]
 
 
+def _named_stop(iteration: Iteration, final: str, total: int) -> tuple[int, float | None]:
+    """(stop tokens, naming position) of the named ceiling; (total, None) without a naming."""
+    named = first_naming(iteration.reasoning.text, final)
+    if named is None:
+        return total, None
+    read = _tokens_through(iteration, named + 1)        # the fork model writes once past it
+    # The answer program's tokens in the trace's own unit: its characters at the answer's density.
+    answer = iteration.final
+    written = round(len(f"```python\n{final}```\n") * answer.num_tokens / max(1, len(answer.text)))
+    reasoning = iteration.reasoning.num_tokens
+    return min(total, read + written), read / max(1, reasoning)
+
+
 def turn_ceiling(problem: str, turn: int, iteration: Iteration,
                  think_end: str = "</think>") -> TurnCeiling:
     reasoning = iteration.reasoning.num_tokens
     total = reasoning + iteration.final.num_tokens
     final = extract_candidate(iteration.final.text, accept_unclosed=True)
-    if final is not None:
-        target = kernel_bodies(final)
-        for draft, stop in _harvests(iteration, think_end):
-            if kernel_bodies(draft.source) == target:
-                return TurnCeiling(problem, turn, total, stop,
-                                   min(stop, reasoning) / max(1, reasoning))
-    return TurnCeiling(problem, turn, total, total, None)
+    if final is None:
+        return TurnCeiling(problem, turn, total, total, None, total, None)
+    named_stop, named_position = _named_stop(iteration, final, total)
+    target = kernel_bodies(final)
+    for draft, stop in _harvests(iteration, think_end):
+        if kernel_bodies(draft.source) == target:
+            return TurnCeiling(problem, turn, total, stop, min(stop, reasoning) / max(1, reasoning),
+                               min(named_stop, stop), named_position)
+    return TurnCeiling(problem, turn, total, total, None, named_stop, named_position)
 
 
 def ceiling(traces: list[Trace]) -> tuple[float, list[TurnCeiling]]:
-    """(pooled ratio, per turn) over every iteration of `traces`."""
+    """(pooled ratio of the draft ceiling, per turn) over every iteration of `traces`."""
     turns = [turn_ceiling(t.metadata.problem, i, it, t.metadata.think_end) for t in traces
              for i, it in enumerate(t.iterations)]
+    return pooled(turns, "stop_tokens"), turns
+
+
+def pooled(turns: list[TurnCeiling], stop: str = "named_stop_tokens") -> float:
+    """Stopped tokens over all tokens (`stop`: which ceiling's stops): 1.0 for no turns."""
     total = sum(t.total_tokens for t in turns)
-    return (sum(t.stop_tokens for t in turns) / total if total else 1.0), turns
+    return sum(getattr(t, stop) for t in turns) / total if total else 1.0
+
+
+def share_of_saving(ratio: float | None, bound: float) -> float | None:
+    """How much of a ceiling's saving a measured ratio achieved: (1 - ratio) / (1 - bound); None
+    where the ceiling saves nothing."""
+    if ratio is None or bound >= 1.0:
+        return None
+    return (1.0 - ratio) / (1.0 - bound)

@@ -494,6 +494,13 @@ def kernel_names(source: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def first_naming(reasoning_text: str, final_program: str) -> int | None:
+    """Offset in the reasoning text where any kernel of the final program is first named."""
+    offsets = [reasoning_text.find(name) for name in kernel_names(final_program)]
+    offsets = [o for o in offsets if o >= 0]
+    return min(offsets) if offsets else None
+
+
 def kernel_bodies(source: str) -> tuple[str, ...]:
     """The program's kernels with all white space removed, for telling whether two programs carry
     the same kernel: each `__global__` function up to its matching brace, each `@triton.jit`

@@ -22,7 +22,7 @@ from typing import Any
 
 from specgen.engines.base import Engine, GenerationParams
 from specgen.engines.trace import Iteration
-from specgen.optimize.extraction import extract_candidate, find_drafts, kernel_names
+from specgen.optimize.extraction import extract_candidate, find_drafts, first_naming
 
 FORK_MODELS = ("draft", "named", "model")
 
@@ -37,13 +37,6 @@ def latest_draft(text: str) -> str | None:
 
 def as_answer(program: str) -> str:
     return f"```python\n{program}```\n"
-
-
-def first_naming(reasoning_text: str, final_program: str) -> int | None:
-    """Offset in the reasoning text where any kernel of the final program is first named."""
-    offsets = [reasoning_text.find(name) for name in kernel_names(final_program)]
-    offsets = [o for o in offsets if o >= 0]
-    return min(offsets) if offsets else None
 
 
 class DraftWriter:

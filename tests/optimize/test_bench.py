@@ -55,7 +55,9 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     ratio = data["ratios"]["end_to_end_s"]
     assert ratio["n"] == 2 and math.isfinite(ratio["geomean"])
     assert 0 < data["ceiling"] <= 1
+    assert 0 < data["named_ceiling"] <= data["ceiling"]   # a fork that writes stops no later
     report = (out / "report.md").read_text()
+    assert "against the draft ceiling" in report and "against the named ceiling" in report
     assert "specgen / best fair baseline, end-to-end" in report
     assert "specgen / sequential, end-to-end" in report and "answers judged here" in report
     for png in ("speedup_over_time.png", "worker_timeline.png", "ratio_per_problem.png"):

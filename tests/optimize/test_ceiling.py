@@ -6,7 +6,7 @@ import random
 import pytest
 
 from specgen.engines.trace import Iteration, TraceBuilder
-from specgen.optimize.ceiling import ceiling, turn_ceiling
+from specgen.optimize.ceiling import ceiling, pooled, share_of_saving, turn_ceiling
 from specgen.optimize.extraction import kernel_bodies
 from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import InlineCodeBlock, TriggerContext, TriggerPolicy
@@ -92,3 +92,45 @@ def test_ceiling_and_loop_agree_on_generated_turns() -> None:
     assert checked == 24 and drafted > 0
     pooled, turns = ceiling([])
     assert pooled == 1.0 and turns == []
+
+
+def test_the_named_ceiling_stops_at_the_first_naming_plus_the_forks_own_writing() -> None:
+    # The kernel is named a third of the way in, never drafted: only a fork that writes can
+    # stop early; it stops once the naming is read and the fork has written the answer.
+    reasoning = (PROSE * 10 + "\nA kernel, scale_kernel, one thread per element.\n" + PROSE * 20)
+    iteration = turn(reasoning, CUDA_PROGRAM)
+    result = turn_ceiling("scale", 0, iteration)
+    assert result.stop_tokens == result.total_tokens and result.draft_position is None
+    offset = iteration.reasoning.text.index("scale_kernel")
+    chars = read = 0
+    for chunk in iteration.reasoning.chunks:        # the chunks a stream delivers past the name
+        if chars > offset:
+            break
+        chars += len(chunk.text)
+        read += len(chunk.token_ids)
+    answer = iteration.final
+    written = round(len(f"```python\n{CUDA_PROGRAM}```\n") * answer.num_tokens / len(answer.text))
+    assert result.named_stop_tokens == read + written < result.total_tokens
+    assert 0.25 < result.named_position < 0.45
+    assert pooled([result]) == pytest.approx(result.named_stop_tokens / result.total_tokens)
+    assert pooled([result], "stop_tokens") == 1.0
+
+
+def test_the_named_ceiling_is_never_later_than_the_draft_and_counts_a_nameless_turn_in_full() -> None:
+    drafted = turn(PROSE * 20 + f"```python\n{CUDA_PROGRAM}```\n" + AFTER + PROSE * 20, CUDA_PROGRAM)
+    result = turn_ceiling("scale", 0, drafted)
+    assert result.draft_position is not None
+    assert result.named_stop_tokens <= result.stop_tokens
+    nameless = turn(PROSE * 30, CUDA_PROGRAM)
+    result = turn_ceiling("scale", 0, nameless)
+    assert result.named_stop_tokens == result.total_tokens and result.named_position is None
+    # Named only at the end: the fork writes the program alone, not the answer's prose around it.
+    late = turn(PROSE * 30 + "scale_kernel", CUDA_PROGRAM)
+    result = turn_ceiling("scale", 0, late)
+    assert late.reasoning.num_tokens < result.named_stop_tokens < result.total_tokens
+
+
+def test_share_of_saving() -> None:
+    assert share_of_saving(0.9, 0.8) == pytest.approx(0.5)
+    assert share_of_saving(1.1, 0.8) == pytest.approx(-0.5)
+    assert share_of_saving(0.9, 1.0) is None and share_of_saving(None, 0.8) is None
