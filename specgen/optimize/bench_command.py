@@ -4,6 +4,7 @@
     specgen bench traces/*.trace.json --fork-model named           # imported reasoning
     specgen bench --llm openai --base-url URL --model NAME --generate 8   # forks by a live model
     specgen bench --generate 8 --sensitivity                       # how the ratio moves
+    specgen bench --generate 8 --repeats 3                         # an interval over seeds too
 
 Writes results.json, report.md and PNG plots to --out.
 """
@@ -54,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the main run with the shared prefix evicted from the engine's cache "
                         "(--no-prefix-cache), and beside it the same with forks fetching the prefix "
                         "from the remote KV pool (the timing model's kv_fetch_tps)")
+    p.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="run the main comparison N times (generated traces: seeds --seed, "
+                        "--seed+1, ...; given traces: the same traces again) and report an "
+                        "interval over the repeats beside the one over problems")
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the fork models, decode x0.5 and x2, and draft positions +-10 points")
     p.add_argument("--out", type=Path, default=Path("specgen-runs/bench"))
@@ -125,7 +130,16 @@ def bench_main(args: argparse.Namespace) -> int:
     if args.eval_timeout is not None:
         base.eval_options = {**base.eval_options, "timeout_s": args.eval_timeout}
     base.check()
+    if args.repeats < 1:
+        raise UsageError(f"bench: --repeats {args.repeats}: give 1 or more")
     variants = [("main", base)]
+    if args.repeats > 1:
+        from dataclasses import replace
+
+        for k in range(1, args.repeats):
+            seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + k})
+            variants.append((f"repeat {k}", replace(base, problems=_problems(seeded, devices),
+                                                    label=f"repeat-{k}")))
     if args.kv_pool_effect:
         from dataclasses import replace
 
@@ -174,13 +188,25 @@ async def _run_variants(args: argparse.Namespace, variants) -> int:
                 print(f"\n== {label}\n{text}")
             r = summary["ratios"].get("end_to_end_s", {})
             near = summary["ratios"].get("to_near_best_s", {})
+            vs_seq = summary["ratios"].get("end_to_end_s_vs_sequential", {})
             sensitivity.append({"variant": label, "ratio": r.get("geomean"), "low": r.get("low"),
-                                "high": r.get("high"), "near_best": near.get("geomean"),
+                                "high": r.get("high"), "vs_sequential": vs_seq.get("geomean"),
+                                "near_best": near.get("geomean"),
                                 "feedback": summary["ratios"].get("profiled_vs_sequential"),
                                 "ceiling": summary["ceiling"]})
     finally:
         if engine is not None:
             await engine.close()
+    repeats = [row for row in sensitivity if row["variant"] == "main"
+               or row["variant"].startswith("repeat ")]
+    if len(repeats) > 1:
+        from specgen.optimize.bench_report import over_repeats
+
+        text = over_repeats(repeats, "seeds" if args.generate and not args.traces else "runs")
+        write_private(out / "repeats.md", text + "\n")
+        write_private(out / "repeats.json", json.dumps(repeats, indent=2))
+        if not args.quiet:
+            print("\n" + text)
     if len(sensitivity) > 1:
         lines = ["| variant | specgen / best fair baseline (end-to-end, geo) | 95% CI | to near-best (geo) "
                  "| profiled vs sequential | ceiling |",

@@ -135,6 +135,33 @@ def geomean_ci(values: list[float], seed: int = 0, rounds: int = 2000) -> dict[s
             "high": float(np.exp(np.percentile(samples, 97.5))), "n": len(values)}
 
 
+def over_repeats(rows: list[dict[str, Any]], what: str) -> str:
+    """The end-to-end ratios of repeated runs, and a 95% t-interval of their geometric mean over
+    the repeats: the run-to-run spread, which the per-run interval over problems is not."""
+    from scipy import stats
+
+    lines = [f"| repeat ({what}) | specgen / best fair baseline (geo) | 95% CI over problems "
+             "| specgen / sequential (geo) |", "| --- | --- | --- | --- |"]
+
+    def fmt(x: Any) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    for row in rows:
+        lines.append(f"| {row['variant']} | {fmt(row['ratio'])} | {fmt(row['low'])}-{fmt(row['high'])} "
+                     f"| {fmt(row.get('vs_sequential'))} |")
+    lines.append("")
+    for key, label in (("ratio", "best fair baseline"), ("vs_sequential", "sequential")):
+        logs = np.log([r[key] for r in rows if r.get(key)])
+        if len(logs) < 2:
+            lines.append(f"specgen / {label} over repeats: fewer than 2 repeats with a ratio")
+            continue
+        half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
+        lines.append(f"specgen / {label}, end-to-end, over {len(logs)} repeats ({what}): "
+                     f"{math.exp(logs.mean()):.3f} (95% CI {math.exp(logs.mean() - half):.3f}-"
+                     f"{math.exp(logs.mean() + half):.3f}, t over repeats)")
+    return "\n".join(lines)
+
+
 def utilization(run: BenchRun) -> dict[str, dict[str, float | None]]:
     """Per mode: busy worker-seconds over available, over the batches' spans and over the spans
     in which evaluation work existed."""

@@ -212,3 +212,25 @@ def test_no_ratio_without_answers_judged_here() -> None:
     assert "reasoning at the timing model's real pace" in text
     from specgen.optimize.bench_report import devices_text
     assert devices_text(["cuda:0"] * 8 + ["cuda:1"]) == "8 on cuda:0, 1 on cuda:1"
+
+
+def test_repeats_report_an_interval_over_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    code = main(["bench", "--generate", "1", "--turns", "1", "--concurrency", "1", "--speed", "40",
+                 "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
+                 "--repeats", "2", "--eval-timeout", "120", "--out", str(out), "--quiet"])
+    assert code == 0
+    rows = json.loads((out / "repeats.json").read_text())
+    assert [r["variant"] for r in rows] == ["main", "repeat 1"]
+    assert all(r["vs_sequential"] and r["vs_sequential"] > 0 for r in rows)
+    # The second repeat is its own run on the next seed's traces, written beside the first.
+    first = json.loads((out / "results.json").read_text())
+    second = json.loads((out / "repeat-1" / "results.json").read_text())
+    assert first["config"]["problems"] != second["config"]["problems"]
+    text = (out / "repeats.md").read_text()
+    assert "over 2 repeats (seeds)" in text and "t over repeats" in text
+
+
+def test_repeats_must_be_positive(tmp_path: Path, capsys) -> None:
+    code = main(["bench", "--generate", "1", "--repeats", "0", "--out", str(tmp_path / "b")])
+    assert code == 2 and "--repeats 0" in capsys.readouterr().err
