@@ -429,6 +429,10 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
     _save(fig, paths[-1])
     plt.close(fig)
 
+    if {"specgen", "sequential"} <= set(run.config["modes"]):
+        paths.append(out / "timeline_per_problem.png")
+        _timeline_per_problem(plt, run, colors, paths[-1])
+
     ratio = summary["ratios"].get("end_to_end_s", {}).get("per_problem", {})
     if ratio:
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -445,3 +449,40 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
         _save(fig, paths[-1])
         plt.close(fig)
     return paths
+
+
+_ORIGIN_MARKERS = {"final": "o", "fork": "^", "inline": "s"}
+
+
+def _timeline_per_problem(plt: Any, run: BenchRun, colors: dict[str, str], path: Path) -> None:
+    """Per problem, specgen's job above sequential's: the job's span, and each candidate's verdict
+    where it arrived (shape: answer, fork or inline draft; filled: correct)."""
+    jobs = {(j.mode, j.problem): j for j in run.jobs if j.mode in ("specgen", "sequential")}
+    problems = sorted({p for _, p in jobs})
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.55 * len(problems)))
+    ticks, labels = [], []
+    for index, problem in enumerate(problems):
+        for lane, mode in enumerate(("sequential", "specgen")):
+            job = jobs.get((mode, problem))
+            if job is None:
+                continue
+            y = index * 3 + lane
+            ticks.append(y)
+            labels.append(f"{problem[:24]} {mode}")
+            ax.barh(y, job.result.metrics.end_to_end_s, color=colors.get(mode), alpha=0.35, height=0.7)
+            for c in job.result.candidates:
+                if c.feedback_at is None:
+                    continue
+                x = c.feedback_at - job.result.started_at
+                correct = c.speedup is not None
+                ax.scatter(x, y, marker=_ORIGIN_MARKERS.get(c.origin, "o"), s=22,
+                           facecolors=colors.get(mode) if correct else "none",
+                           edgecolors=colors.get(mode), linewidths=0.8)
+    ax.set_yticks(ticks, labels, fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the job began")
+    ax.set_title("Per problem: specgen against sequential (bar: the job; marks: verdicts; "
+                 "o answer, ^ fork, s inline draft; filled: correct)", fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)

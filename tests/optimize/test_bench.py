@@ -60,7 +60,8 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     assert "against the draft ceiling" in report and "against the named ceiling" in report
     assert "specgen / best fair baseline, end-to-end" in report
     assert "specgen / sequential, end-to-end" in report and "answers judged here" in report
-    for png in ("speedup_over_time.png", "worker_timeline.png", "ratio_per_problem.png"):
+    for png in ("speedup_over_time.png", "worker_timeline.png", "ratio_per_problem.png",
+                "timeline_per_problem.png"):
         assert (out / png).stat().st_size > 1000
     # The bench's folder and what it writes there are private (its jobs' problems and kernels).
     # The evaluation cache in it is the workers' (sandboxed runners of another user read it through
