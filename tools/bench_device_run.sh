@@ -3,7 +3,7 @@
 # with the `draft` fork model and then (if time is left) `named`. Logs, results.json, report.md and
 # the plots go to OUTDIR (flat: the device tool returns few files, two folders deep at most).
 # Usage, from the repository root on the GPU machine (wheels for what its image lacks in .whl/):
-#   [EVAL_TIMEOUT=S] [MODELS="draft named"] tools/bench_device_run.sh OUTDIR [WORKERS_PER_GPU]
+#   [EVAL_TIMEOUT=S] [MODELS="draft named"] [MODES=specgen,sequential] tools/bench_device_run.sh OUTDIR [WORKERS_PER_GPU]
 set -u
 out=${1:?usage: tools/bench_device_run.sh OUTDIR [WORKERS_PER_GPU]}
 per_gpu=${2:-8}
@@ -21,6 +21,7 @@ for model in ${MODELS:-draft named}; do
   work=/tmp/bench-$model
   timeout "$left" python3 -m specgen.cli bench --generate 8 --turns 3 --concurrency 8 --speed 10 \
     --seed 1 --fork-model "$model" --devices "$devices" ${EVAL_TIMEOUT:+--eval-timeout "$EVAL_TIMEOUT"} \
+    ${MODES:+--modes "$MODES"} \
     --out "$work" > "$out/$model.log" 2>&1
   echo "$model: rc=$? after $(( $(date +%s) - start )) s"
   for f in results.json report.md; do [ -f "$work/$f" ] && cp "$work/$f" "$out/$model-$f"; done

@@ -254,6 +254,16 @@ def measure(args: argparse.Namespace) -> dict:
         if "corpus" in args.phases:
             print(f"corpus ({result['code']}):", flush=True)
             result["corpus"] = corpus_phase(workers, args.device, args.limit, args.budget_s)
+    if "cost" in args.phases and args.device.startswith("cuda") and args.json is None:
+        # The same candidates timed in a process of their own, three ways (tools/call_times.py):
+        # how the judge's time of a call relates to the GPU's, for this tree's verdicts.
+        files = [str(p) for p in cost_files(args.device, args.cost_problems.split(","))]
+        done = subprocess.run([sys.executable, str(REPO / "tools" / "call_times.py"), "--device",
+                               args.device, "--cache-dir", str(options.cache_dir), *files],
+                              capture_output=True, text=True, cwd=REPO)
+        result["call_times"] = (json.loads(done.stdout) if done.returncode == 0 else
+                                {"error": done.stderr[-500:]})
+        print("call times:", json.dumps(result["call_times"]), flush=True)
     return result
 
 
@@ -315,6 +325,23 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
         for label, cost in zip(names, costs):
             for name, error in (cost or {}).get("errors", {}).items():
                 lines.append(f"- {label}, `{name}` not measured every time: {error}")
+        times = results[names[0]].get("call_times")
+        if times:
+            lines += ["", "## one call, in a process of its own (tools/call_times.py), ms", "",
+                      "| program | judge (median of verdicts) | device | events | latency |",
+                      "|---|---|---|---|---|"]
+            for name, t in times.items():
+                if "error" in t or name == "error":
+                    lines.append(f"| {name} | {t if name == 'error' else t['error']} | | | |")
+                    continue
+                judged = [x.get("candidate_ms") for x in costs[0]["rows"].get(name, {}).get("times", [])
+                          if x.get("candidate_ms")]
+                refs = [x.get("ref_ms") for x in costs[0]["rows"].get(name, {}).get("times", [])
+                        if x.get("ref_ms")]
+                for who, judged_ms in (("candidate", judged), ("reference", refs)):
+                    c = t[who]
+                    lines.append(f"| {name} ({who}) | {_fmt(statistics.median(judged_ms) if judged_ms else None, 4)}"
+                                 f" | {c['device_ms']:.4f} | {c['events_ms']:.4f} | {c['latency_ms']:.4f} |")
     for name in names:
         corpus = results[name].get("corpus")
         if not corpus:
