@@ -19,7 +19,7 @@ for model in ${MODELS:-draft named}; do
   left=$(( budget - ($(date +%s) - start) ))
   [ "$left" -gt 120 ] || { echo "$model: skipped, ${left} s left"; break; }
   work=/tmp/bench-$model
-  timeout "$left" python3 -m specgen.cli bench --generate 8 --turns 3 --concurrency 8 --speed 10 \
+  timeout "$left" python3 -m specgen.cli bench --clock wall --generate 8 --turns 3 --concurrency 8 --speed 10 \
     --seed 1 --fork-model "$model" --devices "$devices" ${EVAL_TIMEOUT:+--eval-timeout "$EVAL_TIMEOUT"} \
     ${MODES:+--modes "$MODES"} \
     --out "$work" > "$out/$model.log" 2>&1

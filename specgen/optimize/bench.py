@@ -204,7 +204,7 @@ async def run_bench(config: BenchConfig,
     draft_bound, turns = ceiling([p.trace for p in config.problems])
     # Per turn under the entry's name: several traces of one problem are told apart.
     entries = [p.name for p in config.problems for _ in p.trace.iterations]
-    run = BenchRun(config=_describe(config), ceiling=draft_bound, named_ceiling=pooled(turns),
+    run = BenchRun(config=describe(config), ceiling=draft_bound, named_ceiling=pooled(turns),
                    ceiling_turns=[{**dataclasses.asdict(t), "problem": name}
                                   for t, name in zip(turns, entries)],
                    hardware=hardware_label(config.devices), started_at=time.time())
@@ -283,7 +283,8 @@ def prebuild(config: BenchConfig) -> int:
     return len(needing)
 
 
-def _describe(config: BenchConfig) -> dict[str, Any]:
+def describe(config: BenchConfig) -> dict[str, Any]:
+    """The run's settings as results.json records them (both clocks)."""
     return {"modes": config.modes, "fork_model": config.fork_model,
             "fork_max_tokens": config.fork_max_tokens if config.fork_model == "model" else None,
             "timing": config.timing.to_dict(), "speed": config.speed,

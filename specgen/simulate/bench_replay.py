@@ -32,6 +32,9 @@ def _traces(data: dict[str, Any]):
 def replay(path: Path, seed: int = 0, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Predicted beside measured, per job and mode; `settings`: RuntimeSettings overrides (a what-if)."""
     data = load_bench(path)
+    if data.get("clock") == "virtual":
+        raise UsageError(f"{path}: a virtual-clock bench measured no job end to end, so there is "
+                         "nothing to replay against; replay a `specgen bench --clock wall` run")
     cfg = data["config"]
     service = ServiceTimes.from_bench(path)
     problems = _traces(data)

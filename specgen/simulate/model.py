@@ -24,7 +24,7 @@ from specgen.engines.timing_model import TimingModel
 from specgen.errors import UsageError
 from specgen.messages import TriggerSettings
 from specgen.optimize.dedup import fingerprint
-from specgen.optimize.extraction import extract_candidate
+from specgen.optimize.extraction import extract_candidate, first_naming
 from specgen.optimize.fork_models import latest_draft
 from specgen.optimize.synthetic import CHARS_PER_TOKEN, LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
@@ -124,8 +124,32 @@ class ServiceTimes:
         return out
 
     @classmethod
+    def from_measured(cls, rows: list[dict[str, Any]], source: str = "") -> "ServiceTimes":
+        """From the rows of a virtual-clock bench (`virtual_bench.measure`): each program
+        validated (and profiled when correct) once per device. The runner's start is inside each
+        measured stage (a fork of the worker's template), so none is modelled on top."""
+        times = cls(source=source or "measured by specgen bench --clock virtual")
+        for row in rows:
+            problem, fp = row["problem"], row["program"]
+            per = times.durations.setdefault(problem, {"validate": [], "profile": []})
+            program = times.program_durations.setdefault(fp, {})
+            for stage in ("validate", "profile"):
+                if row.get(f"{stage}_s") is not None:
+                    per[stage].append(float(row[f"{stage}_s"]))
+                    program.setdefault(stage, []).append(float(row[f"{stage}_s"]))
+            times.verdicts.setdefault(fp, []).append(bool(row["correct"]))
+            times.program_takes_runner.setdefault(fp, []).append(False)
+            times.takes_runner.setdefault(problem, []).append(False)
+            if row.get("speedup"):
+                times.program_speedups.setdefault(fp, []).append(float(row["speedup"]))
+                times.speedups.setdefault(problem, []).append(float(row["speedup"]))
+        return times
+
+    @classmethod
     def from_bench(cls, path: Path) -> "ServiceTimes":
         data = load_bench(path)
+        if data.get("clock") == "virtual":
+            return cls.from_measured(data.get("evaluations") or [], source=str(path))
         times = cls(source=str(path))
         seen = 0
         runs: dict[tuple[Any, Any, str], list[dict[str, Any]]] = {}  # (mode, batch, worker) -> runner takes
@@ -223,7 +247,7 @@ class Firing:
     kind: str                       # "fork" | "inline"
     char: int                       # offset in the reasoning text
     source: str | None = None       # inline: the program the reasoning just completed
-    fork_answer: str | None = None  # fork (draft model): what the fork writes, None = nothing
+    fork_answer: str | None = None  # fork: what the fork writes (by the fork model), None = nothing
 
 
 @dataclass
@@ -243,10 +267,13 @@ def _tokens(chars: int) -> int:
 
 
 def script_turn(problem: str, reasoning: str, final_text: str, settings: TriggerSettings,
-                forking: bool, inline: bool) -> TurnScript:
+                forking: bool, inline: bool, fork_model: str = "draft") -> TurnScript:
     """Run the loop's own triggers (no gates: those are asked live) over the turn's text in
-    stream-sized deltas, and note where each fires and what a fork there would write (the
-    `draft` fork model: the latest program the reasoning completed before that point)."""
+    stream-sized deltas, and note where each fires and what a fork there would write: with the
+    `draft` fork model the latest program the reasoning completed before that point; with `named`,
+    the final answer once its kernel has been named (`fork_models.NamedWriter`), else that draft."""
+    final = extract_candidate(final_text, accept_unclosed=True)
+    named = first_naming(reasoning, final) if fork_model == "named" and final else None
     policy = build_trigger_policy(settings, forking=forking, inline_candidates=inline, load_aware=False)
     scan = TriggerPolicy(policy.triggers, gates=())
     firings: list[Firing] = []
@@ -263,10 +290,10 @@ def script_turn(problem: str, reasoning: str, final_text: str, settings: Trigger
         for source in decision.inline_candidates:
             firings.append(Firing(tokens, "inline", end, source=source))
         if decision.fork:
-            firings.append(Firing(tokens, "fork", end, fork_answer=latest_draft(reasoning[:end])))
+            answer = final if named is not None and end > named else latest_draft(reasoning[:end])
+            firings.append(Firing(tokens, "fork", end, fork_answer=answer))
     for source in policy.finish(reasoning) if inline else []:
         firings.append(Firing(_tokens(len(reasoning)), "inline", len(reasoning), source=source))
-    final = extract_candidate(final_text, accept_unclosed=True)
     return TurnScript(problem=problem, reasoning_tokens=_tokens(len(reasoning)),
                       final_tokens=_tokens(len(final_text)), final_source=final,
                       firings=firings, text="")

@@ -32,8 +32,8 @@ def test_union_and_geomean() -> None:
 
 def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> None:
     out = tmp_path / "bench"
-    code = main(["bench", "--generate", "2", "--turns", "1", "--concurrency", "2", "--speed", "40",
-                 "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
+    code = main(["bench", "--clock", "wall", "--generate", "2", "--turns", "1", "--concurrency", "2",
+                 "--speed", "40", "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
                  "--eval-timeout", "120", "--out", str(out), "--quiet"])
     assert code == 0
     data = json.loads((out / "results.json").read_text())
@@ -217,8 +217,8 @@ def test_no_ratio_without_answers_judged_here() -> None:
 
 def test_repeats_report_an_interval_over_seeds(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    code = main(["bench", "--generate", "1", "--turns", "1", "--concurrency", "1", "--speed", "40",
-                 "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
+    code = main(["bench", "--clock", "wall", "--generate", "1", "--turns", "1", "--concurrency", "1",
+                 "--speed", "40", "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
                  "--repeats", "2", "--eval-timeout", "120", "--out", str(out), "--quiet"])
     assert code == 0
     rows = json.loads((out / "repeats.json").read_text())

@@ -1,0 +1,256 @@
+"""`specgen bench --clock virtual` (the default): every mode at the regime users are in, in minutes.
+
+Two steps, both on the bench's own problems (generated or imported traces):
+
+1. **Measured**: every distinct program the traces can submit (each complete draft the loop's
+   scanner finds in a turn's reasoning, each final answer; the `draft` and `named` fork models
+   write nothing else) is evaluated for real, once per distinct evaluation device, one at a time
+   there: validated, and profiled when correct. Its verdict, speedup and both stages' wall
+   service times (the runner's start included) are what every mode then gets for it.
+2. **Simulated**: each mode runs on a virtual clock through the simulator
+   (`simulate/simulation.py`): the real `SchedulerCore` places the work, the loop's own triggers,
+   load-aware gate and termination criterion decide, the timing model paces reasoning and forks at
+   `--speed` (1 unless asked: the real regime), and the measured programs answer.
+
+Nothing here is shaped by the mode: the programs, verdicts and service times are the same for all
+of them. What the simulator does not model is said in the report: queueing of several workers on
+one physical device (each worker is an independent server with the measured service times) and
+a live engine's fork texts (`--fork-model model` needs `--clock wall`). `--clock wall` runs the
+real loop on real time and stays the check of this one (`specgen simulate --replay-bench`).
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from specgen.errors import UsageError
+from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
+from specgen.optimize.bench import BenchConfig, BenchProblem, describe, prebuild, programs_in
+from specgen.optimize.bench_report import BASELINES, geomean_ci
+from specgen.optimize.ceiling import ceiling, pooled, share_of_saving
+from specgen.optimize.extraction import extract_candidate
+from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn
+from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
+
+VIRTUAL_FORK_MODELS = ("draft", "named")
+
+
+def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, bool]]:
+    """(problem, program, whether it is some turn's final answer), each program once per problem."""
+    found: dict[tuple[str, str], tuple[BenchProblem, str, bool]] = {}
+    for p in problems:
+        finals = {extract_candidate(it.final.text, accept_unclosed=True) for it in p.trace.iterations}
+        for source in programs_in(p.trace):
+            key = (base_problem(p.name), program_key(source))
+            if key not in found:
+                found[key] = (p, source, source in finals)
+    return list(found.values())
+
+
+def _judged(verdict: Verdict) -> bool:
+    """Judged on its outputs here: it built and ran (right, wrong or flagged); one that could not
+    build or load on this machine (CUDA on a CPU host, say) or timed out was not."""
+    return bool(verdict.compiled) and "timed out" not in (verdict.error or "")
+
+
+def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str, Any]]]:
+    """Step 1 (see the module doc): the service times and verdicts, and a row per evaluation."""
+    from specgen.eval.evaluator import EvalWorker
+    from specgen.eval.options import EvalOptions
+
+    assert config.cache_dir is not None
+    options = {**config.eval_options, "cache_dir": str(config.cache_dir)}
+    config.eval_options = options
+    if config.prebuild:
+        prebuild(config)
+    programs = _programs(config.problems)
+    devices = list(dict.fromkeys(config.devices))
+    work = config.cache_dir.parent / "measured"
+    queue = list(programs)
+    lock = threading.Lock()
+    rows: list[dict[str, Any]] = []
+    began = time.monotonic()
+
+    def evaluate(device: str) -> None:
+        worker = EvalWorker(device, work / device.replace(":", "-"), spare_processes=1,
+                            options=EvalOptions(**options))
+        with worker:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    problem, source, is_final = queue.pop(0)
+                sub = CandidateSubmission(job_id="", candidate_id=f"m{len(rows):04d}",
+                                          problem_name=problem.problem, problem_source=problem.source,
+                                          candidate_source=source, origin="final" if is_final else "inline")
+                row: dict[str, Any] = {"problem": base_problem(problem.name), "program": program_key(source),
+                                       "final": is_final, "device": device}
+                start = time.monotonic()
+                validated = worker.run(sub, "validate")
+                row["validate_s"] = time.monotonic() - start
+                row["judged"] = _judged(validated)
+                row["correct"] = bool(validated.correct)
+                row["error"] = (validated.error or "; ".join(validated.flags))[:200]
+                if validated.correct:
+                    start = time.monotonic()
+                    profiled = worker.run(sub, "profile")
+                    row["profile_s"] = time.monotonic() - start
+                    row["correct"] = bool(profiled.correct)
+                    row["speedup"] = profiled.speedup if profiled.correct else None
+                    row["error"] = (profiled.error or "; ".join(profiled.flags))[:200]
+                speed = "" if row.get("speedup") is None else f" {row['speedup']:.3f}x"
+                with lock:
+                    rows.append(row)
+                    say(f"  measured {len(rows)}/{len(programs)} on {device}: {row['problem']} "
+                        f"{'answer' if is_final else 'draft'}, "
+                        f"{'correct' if row['correct'] else 'not correct'}{speed} "
+                        f"[{time.monotonic() - began:.0f} s]")
+
+    with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+        list(pool.map(evaluate, devices))
+    return ServiceTimes.from_measured(rows), rows
+
+
+def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[str, Any]:
+    """Step 2 (see the module doc): per mode, the jobs of every batch and their feedback."""
+    if config.fork_model not in VIRTUAL_FORK_MODELS:
+        raise UsageError(f"bench --clock virtual: fork model {config.fork_model!r} writes from a live "
+                         f"engine; use --clock wall (virtual: {', '.join(VIRTUAL_FORK_MODELS)})")
+    bank = TurnBank([], 0, seed, TriggerSettings())
+    turns = max(len(p.trace.iterations) for p in config.problems)
+    batches = [config.problems[i:i + config.concurrency]
+               for i in range(0, len(config.problems), config.concurrency)]
+    out: dict[str, Any] = {}
+    for mode in config.modes:
+        forking = mode == "specgen"
+        jobs, latencies, busy, avail = [], [], 0.0, 0.0
+        for index, batch in enumerate(batches):
+            plans = []
+            for k, p in enumerate(batch):
+                scripts = [script_turn(p.name, it.reasoning.text, it.final.text, TriggerSettings(),
+                                       forking, forking, fork_model=config.fork_model)
+                           for it in p.trace.iterations]
+                plans.append(JobPlan(job_id=p.name, problem=p.name, mode=mode, engine=k,
+                                     turns=[[s] * (config.best_of_n if mode == "best-of-n" else 1)
+                                            for s in scripts]))
+            sim = Simulation(SimConfig(
+                eval_gpus=len(config.devices), reasoning_engines=len(plans), elastic=forking,
+                hours=None, seed=seed, timing=config.timing, speed=config.speed, turns=turns,
+                best_of_n=config.best_of_n, target_speedup=config.target_speedup,
+                restart_jobs=False), service, bank, plans)
+            result = sim.run()
+            busy += result["completed_busy_s"]
+            avail += len(config.devices) * result["simulated_s"]
+            latencies += result["feedback_latencies"]
+            jobs += [{**j, "batch": index} for j in result["jobs"]]
+        out[mode] = {"jobs": jobs, "feedback_p50_s": statistics.median(latencies) if latencies else None,
+                     "utilization": busy / avail if avail else None}
+    return out
+
+
+def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, Any]) -> dict[str, Any]:
+    """Per mode and the ratios (specgen against sequential, and against the best fair baseline:
+    pipeline is none, since a replayed turn was written after its predecessor's verdict), next to
+    both ceilings; no ratio when fewer than half of the answers could be judged here."""
+    answers = [r for r in rows if r["final"]]
+    judged = sum(r["judged"] for r in answers)
+    no_headline = None
+    if not answers or 2 * judged < len(answers):
+        no_headline = (f"only {judged} of {len(answers)} answers could be judged on this machine: "
+                       "no ratio is printed")
+    draft_bound, turns = ceiling([p.trace for p in config.problems])
+    per_mode = {}
+    for mode, m in modes.items():
+        e2e = [j["end_to_end_s"] for j in m["jobs"]]
+        best = [j["best_speedup"] for j in m["jobs"] if j["best_speedup"]]
+        per_mode[mode] = {"end_to_end_s_geomean": geomean_ci(e2e)["geomean"],
+                          "profiled": sum(j["profiled"] for j in m["jobs"]),
+                          "best_speedup_geomean": geomean_ci(best)["geomean"],
+                          "problems_with_a_correct_kernel": len(best), "jobs": len(m["jobs"]),
+                          "feedback_p50_s": m["feedback_p50_s"], "utilization": m["utilization"],
+                          "unmeasured": sum(j["unmeasured"] for j in m["jobs"])}
+    ratios: dict[str, Any] = {}
+    if "specgen" in modes and no_headline is None:
+        by = {(mode, j["problem"]): j for mode, m in modes.items() for j in m["jobs"]}
+        fair = [b for b in BASELINES if b in modes and b != "pipeline"]
+        vs_seq, vs_best = [], []
+        for (mode, problem), job in by.items():
+            if mode != "specgen":
+                continue
+            theirs = {b: by[(b, problem)]["end_to_end_s"] for b in fair if (b, problem) in by}
+            if theirs.get("sequential"):
+                vs_seq.append(job["end_to_end_s"] / theirs["sequential"])
+            if theirs:
+                vs_best.append(job["end_to_end_s"] / min(theirs.values()))
+        ratios = {"vs_sequential": geomean_ci(vs_seq), "vs_best_fair_baseline": geomean_ci(vs_best)}
+        seq = per_mode.get("sequential")
+        if seq and seq["profiled"]:
+            ratios["profiled_vs_sequential"] = per_mode["specgen"]["profiled"] / seq["profiled"]
+    return {"clock": "virtual", "config": describe(config),
+            "speed": config.speed, "fork_model": config.fork_model,
+            "devices": config.devices, "concurrency": config.concurrency,
+            "ceiling": draft_bound, "named_ceiling": pooled(turns), "per_mode": per_mode,
+            "ratios": ratios, "no_headline": no_headline,
+            "answers": len(answers), "answers_judged": judged, "programs": len(rows),
+            "measured_s": sum(r.get("validate_s", 0.0) + r.get("profile_s", 0.0) for r in rows)}
+
+
+def table(summary: dict[str, Any]) -> str:
+    def fmt(x: Any, spec: str = ".2f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    speed = summary["speed"]
+    lines = [f"virtual clock: measured verdicts and service times of {summary['programs']} programs "
+             f"(every draft and answer, once per device), every mode simulated on them; reasoning at "
+             + ("the timing model's real pace" if speed == 1 else
+                f"{speed:g}x the timing model's pace (a sensitivity, not the regime of a real run)")
+             + f"; fork model {summary['fork_model']}; {len(summary['devices'])} evaluation worker(s), "
+             "each an independent server (workers sharing one device are not modelled as sharing it)",
+             f"draft ceiling {summary['ceiling']:.3f}, named ceiling {summary['named_ceiling']:.3f} of "
+             "sequential time", "",
+             "| mode | end-to-end s (geo) | profiled | problems with a correct kernel | best speedup (geo) "
+             "| feedback p50 s | utilization |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for mode, m in summary["per_mode"].items():
+        lines.append(f"| {mode} | {fmt(m['end_to_end_s_geomean'], '.1f')} | {m['profiled']} | "
+                     f"{m['problems_with_a_correct_kernel']} of {m['jobs']} | "
+                     f"{fmt(m['best_speedup_geomean'], '.3f')} | {fmt(m['feedback_p50_s'])} | "
+                     f"{fmt(m['utilization'], '.0%')} |")
+    lines += ["", f"answers judged here: {summary['answers_judged']} of {summary['answers']}"]
+    if summary["no_headline"]:
+        lines.append(summary["no_headline"])
+        return "\n".join(lines)
+    r = summary["ratios"]
+    for key, label in (("vs_sequential", "sequential"), ("vs_best_fair_baseline", "best fair baseline "
+                                                                 "(sequential or best-of-n; pipeline is none on replayed turns)")):
+        g = r.get(key)
+        if g and g["geomean"] is not None:
+            lines.append(f"specgen / {label}, end-to-end: {g['geomean']:.3f} (95% CI {g['low']:.3f}-"
+                         f"{g['high']:.3f} over {g['n']} problems, one run)")
+    measured = (r.get("vs_sequential") or {}).get("geomean")
+    for bound, label in ((summary["ceiling"], "draft ceiling"), (summary["named_ceiling"], "named ceiling")):
+        share = share_of_saving(measured, bound)
+        if measured is not None:
+            lines.append(f"against the {label} {bound:.3f}: " + ("no saving to share" if share is None
+                                                                 else f"{share:.0%} of its saving achieved"))
+    if r.get("profiled_vs_sequential") is not None:
+        lines.append(f"profiling feedback, specgen / sequential: {r['profiled_vs_sequential']:.2f}x")
+    return "\n".join(lines)
+
+
+def run_virtual(config: BenchConfig, seed: int, say=print) -> dict[str, Any]:
+    """Both steps; the summary, with the measured rows and every simulated job."""
+    began = time.monotonic()
+    service, rows = measure(config, say)
+    measured_wall = time.monotonic() - began
+    modes = simulate(config, service, seed)
+    summary = summarize(config, rows, modes)
+    summary["measured_wall_s"] = measured_wall
+    summary["evaluations"] = rows
+    summary["jobs"] = [{"mode": mode, **j} for mode, m in modes.items() for j in m["jobs"]]
+    if any(m["unmeasured"] for m in summary["per_mode"].values()):
+        # A program the traces hold that was not measured would be judged by its label: say so.
+        summary["note"] = "some simulated candidates were not among the measured programs"
+    return summary

@@ -1,0 +1,80 @@
+"""`specgen bench --clock virtual`: programs measured once for real, every mode simulated on them."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from specgen.cli import main
+from specgen.messages import TriggerSettings
+from specgen.optimize.bench import generated_problems
+from specgen.optimize.extraction import extract_candidate, first_naming
+from specgen.optimize.synthetic import CandidateLibrary, generate_turn
+from specgen.simulate.model import ServiceTimes, program_key, script_turn
+from specgen.simulate.virtual_bench import _programs
+
+
+def test_every_program_is_measured_once_and_every_mode_simulated_on_it(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "bench"
+    code = main(["bench", "--generate", "2", "--turns", "2", "--concurrency", "2",
+                 "--modes", "specgen,sequential,best-of-n", "--problems", "softmax,layernorm",
+                 "--seed", "3", "--out", str(out), "--quiet"])
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["clock"] == "virtual" and data["speed"] == 1.0
+    # Each distinct program of the traces once (one CPU device: the two workers share it).
+    problems = generated_problems(2, 2, 3, ["softmax", "layernorm"], ("torch", "cpp"))
+    expected = {(p.name.split("#")[0], program_key(s)) for p, s, _ in _programs(problems)}
+    measured = [(r["problem"], r["program"]) for r in data["evaluations"]]
+    assert sorted(measured) == sorted(expected) and len(set(measured)) == len(measured)
+    assert all(r["validate_s"] > 0 and r["judged"] for r in data["evaluations"])
+    assert all(r.get("profile_s") for r in data["evaluations"] if r.get("speedup"))
+    # Every simulated candidate was one of the measured programs; every job finished its turns.
+    for mode, m in data["per_mode"].items():
+        assert m["unmeasured"] == 0 and m["jobs"] == 2, mode
+    assert {(j["mode"], j["problem"]) for j in data["jobs"]} == {
+        (m, p.name) for m in ("specgen", "sequential", "best-of-n") for p in problems}
+    assert data["ratios"]["vs_sequential"]["n"] == 2
+    report = (out / "report.md").read_text()
+    assert "virtual clock" in report and "real pace" in report
+    assert "against the draft ceiling" in report and "against the named ceiling" in report
+    # The measured service times serve the simulator at scale too; a replay needs a wall run.
+    service = ServiceTimes.from_bench(out)
+    assert set(service.program_durations) == {fp for _, fp in expected}
+    assert main(["simulate", "--from-bench", str(out), "--gpus", "4", "--jobs", "2",
+                 "--hours", "0.05"]) == 0
+    assert main(["simulate", "--replay-bench", str(out)]) == 2
+    assert "nothing to replay against" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--fork-model", "model", "--llm", "openai", "--model", "m",
+                                   "--base-url", "http://127.0.0.1:9/v1"],
+                                  ["--sensitivity"], ["--kv-pool-effect"],
+                                  ["--time-budget", "60"]])
+def test_what_only_the_wall_clock_runs_is_refused(tmp_path: Path, capsys, flag: list[str]) -> None:
+    code = main(["bench", "--generate", "1", *flag, "--out", str(tmp_path / "b")])
+    assert code == 2
+    assert "--clock wall" in capsys.readouterr().err
+
+
+def test_a_named_fork_writes_the_answer_once_its_kernel_is_named() -> None:
+    library = CandidateLibrary.load()
+    rng = random.Random("named-script")
+    seen = 0
+    for _ in range(40):
+        reasoning, final_text, _ = generate_turn("softmax", library, rng, ("torch", "cpp"))
+        final = extract_candidate(final_text, accept_unclosed=True)
+        named = first_naming(reasoning, final) if final else None
+        draft = script_turn("softmax", reasoning, final_text, TriggerSettings(), True, True)
+        script = script_turn("softmax", reasoning, final_text, TriggerSettings(), True, True,
+                             fork_model="named")
+        forks = [(d, n) for d, n in zip(draft.firings, script.firings) if n.kind == "fork"]
+        for as_draft, as_named in forks:
+            if named is not None and as_named.char > named:
+                assert as_named.fork_answer == final
+                seen += 1
+            else:
+                assert as_named.fork_answer == as_draft.fork_answer
+    assert seen > 0
