@@ -121,6 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="correctness trials per candidate (evaluation default 5)")
     evaluation.add_argument("--timing-trials", type=int, default=None,
                             help="timed calls per model (evaluation default 50)")
+    evaluation.add_argument("--eval-timeout", type=float, default=None, metavar="S",
+                            help="wall seconds one candidate's run may take (evaluation default 300)")
     remote = parser.add_argument_group("cluster")
     remote.add_argument("--scheduler", default=None, metavar="ADDR",
                         help="submit the job to a running `specgen serve` (e.g. tcp://host:5555) and "
@@ -444,6 +446,11 @@ def run_optimize(args: argparse.Namespace) -> int:
             if value < least:
                 raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
             eval_options[flag] = value
+    eval_timeout = getattr(args, "eval_timeout", None)    # absent from runs saved before it existed
+    if eval_timeout is not None:
+        if not eval_timeout > 0:
+            raise UsageError(f"--eval-timeout must be more than 0 seconds, got {eval_timeout}")
+        eval_options["timeout_s"] = eval_timeout
     if args.runtime_settings:
         from specgen.runtime.settings import RuntimeSettings
 
@@ -453,12 +460,16 @@ def run_optimize(args: argparse.Namespace) -> int:
     if args.scheduler:
         names = [pair.partition("=")[0] for pair in args.runtime_settings]
         cluster_settings = [name for name in names if name not in CONNECTION_SETTINGS]
+        evaluation_flags = [f for f, key in (("--trials", "trials"), ("--timing-trials", "timing_trials"),
+                                             ("--eval-timeout", "timeout_s")) if key in eval_options]
         for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
-                            (f"--set {', '.join(cluster_settings)}", cluster_settings)):
+                            (f"--set {', '.join(cluster_settings)}", cluster_settings),
+                            (" and ".join(evaluation_flags), evaluation_flags)):
             if given:
                 raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
-                                 f"nodes decide where evaluations run (--set takes only this "
-                                 f"command's connection settings there: {', '.join(CONNECTION_SETTINGS)})")
+                                 f"nodes decide where and how evaluations run (--set takes only this "
+                                 f"command's connection settings there: {', '.join(CONNECTION_SETTINGS)}; "
+                                 f"a node's evaluation options are its own `--set eval_options=...`)")
     # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
     kv_plan = _kv_plan(plan, args, devices)
     # The job runs in a reasoner (of the embedded cluster, or of --scheduler's) unless evaluation is
@@ -638,8 +649,11 @@ def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSp
         for key in ("job_id", "problem_name", "problem_source"):
             options.pop(key, None)
         options[ENGINE_OPTION] = _engine_options(plan, args)
+        # The loop ends itself at its time budget; the scheduler's deadline (plus job_grace_s)
+        # stops a job whose reasoner does not.
         job = client.submit(JobSpec(job_id=spec.job_id, problem_name=spec.problem_name,
-                                    problem_source=spec.problem_source, entry=ENTRY, options=options))
+                                    problem_source=spec.problem_source, entry=ENTRY, options=options,
+                                    wall_time_s=spec.time_budget_s))
         if where:
             say(f"Submitted job {spec.job_id} to {where}.")
     try:

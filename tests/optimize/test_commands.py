@@ -65,6 +65,10 @@ def test_default_run_replays_the_bundled_trace_through_the_runtime(tmp_path, cap
     (["optimize", "--trace", str(PROBLEMS / "softmax.py"), "--llm", "vllm"], "cannot go with"),
     (["optimize", "--devices", "gpu0"], "neither cpu nor cuda:N"),
     (["optimize", "--timing-trials", "1"], "--timing-trials must be at least 2"),
+    (["optimize", "--eval-timeout", "0"], "--eval-timeout must be more than 0 seconds"),
+    (["optimize", "--scheduler", "tcp://127.0.0.1:9", "--trials", "3"], "--trials cannot go with --scheduler"),
+    (["optimize", "--scheduler", "tcp://127.0.0.1:9", "--timing-trials", "5", "--eval-timeout", "9"],
+     "--timing-trials and --eval-timeout cannot go with --scheduler"),
     (["optimize", "--max-iterations", "0"], "max_iterations must be >= 1"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path) -> None:
@@ -172,3 +176,53 @@ def test_a_killed_optimize_leaves_no_scheduler_node_worker_or_directory(tmp_path
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class _Captured(Exception):
+    pass
+
+
+@pytest.mark.parametrize("evaluation", ["runtime", "inprocess"])
+def test_evaluation_flags_reach_the_evaluation_options(evaluation: str, tmp_path, monkeypatch) -> None:
+    # What the workers are built with, on both local paths, under the options' own names.
+    from specgen.optimize import commands
+
+    seen: dict = {}
+
+    def capture(*args, **kwargs):
+        seen.update(kwargs.get("eval_options") or {})
+        raise _Captured
+
+    monkeypatch.setattr(commands, "local_cluster" if evaluation == "runtime" else "evaluation_backend", capture)
+    with pytest.raises(_Captured):
+        main(["optimize", "--evaluation", evaluation, "--devices", "cpu", "--trials", "3",
+              "--timing-trials", "7", "--eval-timeout", "42", "--quiet", "--out", str(tmp_path / "o")])
+    assert seen == {"trials": 3, "timing_trials": 7, "timeout_s": 42.0}
+
+
+def test_the_time_budget_is_the_scheduler_jobs_wall_time(tmp_path, monkeypatch) -> None:
+    # With --scheduler the scheduler's own deadline backs the loop's budget (the job's wall time).
+    from specgen.runtime import client as client_module
+
+    submitted = []
+
+    class FakeClient:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def submit(self, spec):
+            submitted.append(spec)
+            raise _Captured
+
+    monkeypatch.setattr(client_module, "Client", FakeClient)
+    with pytest.raises(_Captured):
+        main(["optimize", "--scheduler", "tcp://127.0.0.1:9", "--time-budget", "90", "--quiet",
+              "--out", str(tmp_path / "o")])
+    assert submitted[0].wall_time_s == 90.0
+    assert submitted[0].options["time_budget_s"] == 90.0
