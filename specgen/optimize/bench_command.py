@@ -204,19 +204,27 @@ def _run_virtual(args: argparse.Namespace, variants) -> int:
                      "low": (r.get("vs_best_fair_baseline") or {}).get("low"),
                      "high": (r.get("vs_best_fair_baseline") or {}).get("high"),
                      "vs_sequential": (r.get("vs_sequential") or {}).get("geomean")})
-    if len(rows) > 1:
-        from specgen.optimize.bench_report import over_repeats
-
-        text = over_repeats(rows, "seeds" if args.generate and not args.traces else "runs")
-        write_private(out / "repeats.md", text + "\n")
-        write_private(out / "repeats.json", json.dumps(rows, indent=2))
-        if not args.quiet:
-            print("\n" + text)
+    _write_repeats(args, out, rows)
     print(f"results in {out}")
     if missing:
         print(f"bench: {missing[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_repeats(args: argparse.Namespace, out: Path, rows: list[dict]) -> None:
+    """repeats.md and repeats.json: the main run's ratio and its repeats', with the interval over
+    them (nothing with one run)."""
+    if len(rows) < 2:
+        return
+    from specgen.optimize.bench_report import over_repeats
+    from specgen.runtime.private_files import write_private
+
+    text = over_repeats(rows, "seeds" if args.generate and not args.traces else "runs")
+    write_private(out / "repeats.md", text + "\n")
+    write_private(out / "repeats.json", json.dumps(rows, indent=2))
+    if not args.quiet:
+        print("\n" + text)
 
 
 async def _run_variants(args: argparse.Namespace, variants) -> int:
@@ -253,16 +261,8 @@ async def _run_variants(args: argparse.Namespace, variants) -> int:
     finally:
         if engine is not None:
             await engine.close()
-    repeats = [row for row in sensitivity if row["variant"] == "main"
-               or row["variant"].startswith("repeat ")]
-    if len(repeats) > 1:
-        from specgen.optimize.bench_report import over_repeats
-
-        text = over_repeats(repeats, "seeds" if args.generate and not args.traces else "runs")
-        write_private(out / "repeats.md", text + "\n")
-        write_private(out / "repeats.json", json.dumps(repeats, indent=2))
-        if not args.quiet:
-            print("\n" + text)
+    _write_repeats(args, out, [row for row in sensitivity if row["variant"] == "main"
+                               or row["variant"].startswith("repeat ")])
     if len(sensitivity) > 1:
         lines = ["| variant | specgen / best fair baseline (end-to-end, geo) | 95% CI | to near-best (geo) "
                  "| profiled vs sequential | ceiling |",

@@ -78,3 +78,15 @@ def test_a_named_fork_writes_the_answer_once_its_kernel_is_named() -> None:
             else:
                 assert as_named.fork_answer == as_draft.fork_answer
     assert seen > 0
+
+
+def test_repeats_on_the_virtual_clock(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    code = main(["bench", "--generate", "1", "--turns", "1", "--concurrency", "1",
+                 "--modes", "specgen,sequential", "--problems", "softmax", "--seed", "3",
+                 "--repeats", "2", "--out", str(out), "--quiet"])
+    assert code == 0
+    rows = json.loads((out / "repeats.json").read_text())
+    assert [r["variant"] for r in rows] == ["main", "repeat 1"]
+    assert json.loads((out / "repeat-1" / "results.json").read_text())["clock"] == "virtual"
+    assert "over 2 repeats (seeds)" in (out / "repeats.md").read_text()
