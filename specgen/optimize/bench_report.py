@@ -295,6 +295,19 @@ def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def ceiling_lines(measured: float | None, draft: float, named: float) -> list[str]:
+    """specgen / sequential end to end next to each ceiling, with the share of its saving achieved
+    (nothing without a measured ratio)."""
+    if measured is None:
+        return []
+    lines = []
+    for bound, label in ((draft, "draft ceiling"), (named, "named ceiling")):
+        share = share_of_saving(measured, bound)
+        lines.append(f"specgen / sequential end to end {measured:.3f} against the {label} {bound:.3f}: "
+                     + ("no saving to share" if share is None else f"{share:.0%} of its saving achieved"))
+    return lines
+
+
 def devices_text(devices: list[str]) -> str:
     """Workers as they were: "8 on cuda:0" when eight share one GPU, not "8 GPUs"."""
     counts: dict[str, int] = {}
@@ -355,14 +368,8 @@ def table(summary: dict[str, Any]) -> str:
             lines.append(f"pipeline is no baseline for {len(skipped)} problem(s): it began "
                          f"{sum(skipped.values())} turn(s) before the previous turn's verdict, "
                          "which a replayed trace (written after that verdict) gives it for free")
-        measured = r["end_to_end_s_vs_sequential"]["geomean"]
-        for bound, label in (((summary["ceiling"], "draft ceiling"),
-                              (summary.get("named_ceiling", 1.0), "named ceiling"))
-                             if measured is not None else ()):
-            share = share_of_saving(measured, bound)
-            lines.append(f"specgen / sequential end to end {fmt(measured, '.3f')} against the {label} "
-                         f"{bound:.3f}: " + ("no saving to share" if share is None else
-                                            f"{share:.0%} of its saving achieved"))
+        lines += ceiling_lines(r["end_to_end_s_vs_sequential"]["geomean"], summary["ceiling"],
+                               summary.get("named_ceiling", 1.0))
         lines.append(f"profiling feedback, specgen / sequential: {fmt(r['profiled_vs_sequential'])}x")
         lines.append(f"best speedup, specgen / best baseline: {fmt(r['best_speedup_vs_best_baseline'], '.3f')}")
     return "\n".join(lines)

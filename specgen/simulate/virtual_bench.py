@@ -29,8 +29,8 @@ from typing import Any
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench import BenchConfig, BenchProblem, describe, prebuild, programs_in
-from specgen.optimize.bench_report import BASELINES, geomean_ci
-from specgen.optimize.ceiling import ceiling, pooled, share_of_saving
+from specgen.optimize.bench_report import BASELINES, ceiling_lines, devices_text, geomean_ci
+from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.extraction import extract_candidate
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
@@ -229,12 +229,8 @@ def table(summary: dict[str, Any]) -> str:
         if g and g["geomean"] is not None:
             lines.append(f"specgen / {label}, end-to-end: {g['geomean']:.3f} (95% CI {g['low']:.3f}-"
                          f"{g['high']:.3f} over {g['n']} problems, one run)")
-    measured = (r.get("vs_sequential") or {}).get("geomean")
-    for bound, label in ((summary["ceiling"], "draft ceiling"), (summary["named_ceiling"], "named ceiling")):
-        share = share_of_saving(measured, bound)
-        if measured is not None:
-            lines.append(f"against the {label} {bound:.3f}: " + ("no saving to share" if share is None
-                                                                 else f"{share:.0%} of its saving achieved"))
+    lines += ceiling_lines((r.get("vs_sequential") or {}).get("geomean"), summary["ceiling"],
+                           summary["named_ceiling"])
     if r.get("profiled_vs_sequential") is not None:
         lines.append(f"profiling feedback, specgen / sequential: {r['profiled_vs_sequential']:.2f}x")
     return "\n".join(lines)
