@@ -28,7 +28,8 @@ from typing import Any
 
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
-from specgen.optimize.bench import BenchConfig, BenchProblem, describe, prebuild, programs_in
+from specgen.optimize.bench import (BenchConfig, BenchProblem, describe, hardware_label, prebuild,
+                                   programs_in)
 from specgen.optimize.bench_report import BASELINES, ceiling_lines, devices_text, geomean_ci
 from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.extraction import extract_candidate
@@ -192,6 +193,7 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
     return {"clock": "virtual", "config": describe(config),
             "speed": config.speed, "fork_model": config.fork_model,
             "devices": config.devices, "concurrency": config.concurrency,
+            "hardware": hardware_label(config.devices),
             "ceiling": draft_bound, "named_ceiling": pooled(turns), "per_mode": per_mode,
             "ratios": ratios, "no_headline": no_headline,
             "answers": len(answers), "answers_judged": judged, "programs": len(rows),
@@ -207,8 +209,9 @@ def table(summary: dict[str, Any]) -> str:
              f"(every draft and answer, once per device), every mode simulated on them; reasoning at "
              + ("the timing model's real pace" if speed == 1 else
                 f"{speed:g}x the timing model's pace (a sensitivity, not the regime of a real run)")
-             + f"; fork model {summary['fork_model']}; {len(summary['devices'])} evaluation worker(s), "
-             "each an independent server (workers sharing one device are not modelled as sharing it)",
+             + f"; fork model {summary['fork_model']}",
+             f"hardware: {summary['hardware']}; evaluation workers: {devices_text(summary['devices'])}, "
+             "simulated as independent servers (workers sharing one device are not modelled as sharing it)",
              f"draft ceiling {summary['ceiling']:.3f}, named ceiling {summary['named_ceiling']:.3f} of "
              "sequential time", "",
              "| mode | end-to-end s (geo) | profiled | problems with a correct kernel | best speedup (geo) "

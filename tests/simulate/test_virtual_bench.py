@@ -39,6 +39,7 @@ def test_every_program_is_measured_once_and_every_mode_simulated_on_it(tmp_path:
     assert data["ratios"]["vs_sequential"]["n"] == 2
     report = (out / "report.md").read_text()
     assert "virtual clock" in report and "real pace" in report
+    assert "evaluation workers: 2 on cpu" in report and "CPU timing" in report
     assert "against the draft ceiling" in report and "against the named ceiling" in report
     # The measured service times serve the simulator at scale too; a replay needs a wall run.
     service = ServiceTimes.from_bench(out)
@@ -90,3 +91,23 @@ def test_repeats_on_the_virtual_clock(tmp_path: Path) -> None:
     assert [r["variant"] for r in rows] == ["main", "repeat 1"]
     assert json.loads((out / "repeat-1" / "results.json").read_text())["clock"] == "virtual"
     assert "over 2 repeats (seeds)" in (out / "repeats.md").read_text()
+
+
+def test_no_ratio_when_most_answers_could_not_be_judged_here() -> None:
+    from specgen.optimize.bench import BenchConfig
+    from specgen.simulate.virtual_bench import summarize, table
+
+    problems = generated_problems(1, 1, 3, ["softmax"], ("torch",))
+    config = BenchConfig(problems=problems, modes=["specgen", "sequential"])
+    rows = [{"problem": "softmax", "program": "a", "final": True, "judged": False, "correct": False},
+            {"problem": "softmax", "program": "b", "final": True, "judged": False, "correct": False},
+            {"problem": "softmax", "program": "c", "final": True, "judged": True, "correct": True}]
+    job = {"problem": problems[0].name, "end_to_end_s": 10.0, "profiled": 0, "best_speedup": None,
+           "unmeasured": 0}
+    modes = {m: {"jobs": [job], "feedback_p50_s": None, "utilization": None} for m in config.modes}
+    summary = summarize(config, rows, modes)
+    assert summary["no_headline"] == ("only 1 of 3 answers could be judged on this machine: "
+                                      "no ratio is printed")
+    assert summary["ratios"] == {}
+    text = table(summary)
+    assert "no ratio is printed" in text and "specgen / sequential" not in text
