@@ -161,13 +161,15 @@ def _evaluations(result: OptimizeResult) -> list[dict[str, Any]]:
 
 
 def hardware_label(devices: list[str]) -> str:
+    """The machines as they are: distinct GPUs counted once (workers sharing one are not GPUs)."""
     if any(d.startswith("cuda") for d in devices):
+        gpus = len({d for d in devices if d.startswith("cuda")})
         try:
             import torch
 
-            return f"{len(devices)} x {torch.cuda.get_device_name(0)} (GPU timing)"
+            return f"{gpus} x {torch.cuda.get_device_name(0)} (GPU timing)"
         except Exception:  # noqa: BLE001 - the label is informative only
-            return f"{len(devices)} GPU(s) (GPU timing)"
+            return f"{gpus} GPU(s) (GPU timing)"
     return f"{len(devices)} CPU worker(s) on {platform.node()} (CPU timing: says nothing about GPUs)"
 
 

@@ -66,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "interval over the repeats beside the one over problems")
     p.add_argument("--sensitivity", action="store_true",
                    help="also run the fork models, decode x0.5 and x2, and draft positions +-10 points")
+    p.add_argument("--measured", type=Path, default=None, metavar="FILE",
+                   help="--clock virtual: take the programs' verdicts and service times from an "
+                        "earlier virtual run (its results.json or measured.jsonl, e.g. measured "
+                        "on a GPU machine) instead of measuring them here; the same traces needed")
     p.add_argument("--out", type=Path, default=Path("specgen-runs/bench"))
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=bench_main)
@@ -175,7 +179,12 @@ def bench_main(args: argparse.Namespace) -> int:
                                  replace(base, problems=_problems(args, devices, shift),
                                          label=f"shift{shift:+.2f}")))
     if args.clock == "virtual":
+        if args.measured is not None and len(variants) > 1:
+            raise UsageError("bench --measured: the repeats' traces differ from the measured ones; "
+                             "give --repeats 1")
         return _run_virtual(args, variants)
+    if args.measured is not None:
+        raise UsageError("bench --measured needs --clock virtual (the wall clock evaluates as it runs)")
     return asyncio.run(_run_variants(args, variants))
 
 
@@ -190,7 +199,8 @@ def _run_virtual(args: argparse.Namespace, variants) -> int:
     for label, config in variants:
         say(f"== {label}: measuring every program of the traces, then simulating "
             f"{', '.join(config.modes)}")
-        summary = run_virtual(config, args.seed, say)
+        summary = run_virtual(config, args.seed, say,
+                              measured=args.measured if label == "main" else None)
         folder = make_private_dir(out if label == "main" else out / config.label)
         write_private(folder / "results.json", json.dumps(summary, indent=2, default=str))
         text = table(summary)

@@ -126,20 +126,33 @@ class ServiceTimes:
     @classmethod
     def from_measured(cls, rows: list[dict[str, Any]], source: str = "") -> "ServiceTimes":
         """From the rows of a virtual-clock bench (`virtual_bench.measure`): each program
-        validated (and profiled when correct) once per device. The runner's start is inside each
-        measured stage (a fork of the worker's template), so none is modelled on top."""
+        validated (and profiled when correct) once per device, one at a time. Where a row has
+        its stages' `stage_seconds` (`spare_wait`: the evaluation took a runner and waited that
+        long for it; `runner_startup`: that runner's fork to ready), the wait is taken out of the
+        service time and the start-ups kept, so that the simulator models the waits of a loaded
+        worker (one spare runner each) instead of the idle measuring worker's; rows without them
+        keep the runner's start inside the service time."""
         times = cls(source=source or "measured by specgen bench --clock virtual")
         for row in rows:
             problem, fp = row["problem"], row["program"]
             per = times.durations.setdefault(problem, {"validate": [], "profile": []})
             program = times.program_durations.setdefault(fp, {})
+            took = False
             for stage in ("validate", "profile"):
-                if row.get(f"{stage}_s") is not None:
-                    per[stage].append(float(row[f"{stage}_s"]))
-                    program.setdefault(stage, []).append(float(row[f"{stage}_s"]))
+                if row.get(f"{stage}_s") is None:
+                    continue
+                stages = row.get(f"{stage}_stages") or {}
+                wait = float(stages.get("spare_wait", 0.0))
+                if "spare_wait" in stages:
+                    took = True
+                    if stages.get("runner_startup") is not None:
+                        times.runner_startup_s.append(float(stages["runner_startup"]))
+                duration = max(0.0, float(row[f"{stage}_s"]) - wait)
+                per[stage].append(duration)
+                program.setdefault(stage, []).append(duration)
             times.verdicts.setdefault(fp, []).append(bool(row["correct"]))
-            times.program_takes_runner.setdefault(fp, []).append(False)
-            times.takes_runner.setdefault(problem, []).append(False)
+            times.program_takes_runner.setdefault(fp, []).append(took)
+            times.takes_runner.setdefault(problem, []).append(took)
             if row.get("speedup"):
                 times.program_speedups.setdefault(fp, []).append(float(row["speedup"]))
                 times.speedups.setdefault(problem, []).append(float(row["speedup"]))

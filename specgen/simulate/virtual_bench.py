@@ -20,10 +20,12 @@ real loop on real time and stays the check of this one (`specgen simulate --repl
 """
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from specgen.errors import UsageError
@@ -57,8 +59,44 @@ def _judged(verdict: Verdict) -> bool:
     return bool(verdict.compiled) and "timed out" not in (verdict.error or "")
 
 
+def load_measured(path: Path, config: BenchConfig) -> list[dict[str, Any]]:
+    """Rows of an earlier measurement: a virtual bench's results.json (its `evaluations`) or the
+    measured.jsonl it writes as it goes (a run cut short keeps what it measured). Every program of
+    this bench's traces must be among them, so that no mode is judged by a label."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"bench --measured {path}: {e.strerror or e}") from None
+    try:
+        if path.suffix == ".jsonl":
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("clock") != "virtual":
+                raise UsageError(f"bench --measured {path}: not the results.json of a "
+                                 "`specgen bench --clock virtual` run")
+            rows = data.get("evaluations") or []
+    except json.JSONDecodeError as e:
+        raise UsageError(f"bench --measured {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    needed = {"problem", "program", "final", "judged", "correct"}
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict) or not needed <= row.keys():
+            raise UsageError(f"bench --measured {path}: evaluation {k} lacks "
+                             f"{', '.join(sorted(needed - set(row)))}" if isinstance(row, dict)
+                             else f"bench --measured {path}: evaluation {k} is not an object")
+    have = {(r["problem"], r["program"]) for r in rows}
+    missing = [(base_problem(p.name), program_key(source)) for p, source, _ in _programs(config.problems)
+               if (base_problem(p.name), program_key(source)) not in have]
+    if missing:
+        raise UsageError(f"bench --measured {path}: {len(missing)} of this bench's programs were not "
+                         f"measured there (first: {missing[0][0]} {missing[0][1]}); measure them "
+                         "with the same traces (--generate/--turns/--seed or the same files)")
+    return rows
+
+
 def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str, Any]]]:
-    """Step 1 (see the module doc): the service times and verdicts, and a row per evaluation."""
+    """Step 1 (see the module doc): the service times and verdicts, and a row per evaluation,
+    each row also appended to measured.jsonl beside the cache as it comes."""
     from specgen.eval.evaluator import EvalWorker
     from specgen.eval.options import EvalOptions
 
@@ -70,12 +108,16 @@ def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str
     programs = _programs(config.problems)
     devices = list(dict.fromkeys(config.devices))
     work = config.cache_dir.parent / "measured"
+    log = config.cache_dir.parent / "measured.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
     queue = list(programs)
     lock = threading.Lock()
     rows: list[dict[str, Any]] = []
     began = time.monotonic()
 
     def evaluate(device: str) -> None:
+        hardware = hardware_label([device])
         worker = EvalWorker(device, work / device.replace(":", "-"), spare_processes=1,
                             options=EvalOptions(**options))
         with worker:
@@ -88,10 +130,11 @@ def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str
                                           problem_name=problem.problem, problem_source=problem.source,
                                           candidate_source=source, origin="final" if is_final else "inline")
                 row: dict[str, Any] = {"problem": base_problem(problem.name), "program": program_key(source),
-                                       "final": is_final, "device": device}
+                                       "final": is_final, "device": device, "hardware": hardware}
                 start = time.monotonic()
                 validated = worker.run(sub, "validate")
                 row["validate_s"] = time.monotonic() - start
+                row["validate_stages"] = dict(validated.stage_seconds)
                 row["judged"] = _judged(validated)
                 row["correct"] = bool(validated.correct)
                 row["error"] = (validated.error or "; ".join(validated.flags))[:200]
@@ -99,12 +142,15 @@ def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str
                     start = time.monotonic()
                     profiled = worker.run(sub, "profile")
                     row["profile_s"] = time.monotonic() - start
+                    row["profile_stages"] = dict(profiled.stage_seconds)
                     row["correct"] = bool(profiled.correct)
                     row["speedup"] = profiled.speedup if profiled.correct else None
                     row["error"] = (profiled.error or "; ".join(profiled.flags))[:200]
                 speed = "" if row.get("speedup") is None else f" {row['speedup']:.3f}x"
                 with lock:
                     rows.append(row)
+                    with log.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
                     say(f"  measured {len(rows)}/{len(programs)} on {device}: {row['problem']} "
                         f"{'answer' if is_final else 'draft'}, "
                         f"{'correct' if row['correct'] else 'not correct'}{speed} "
@@ -113,6 +159,12 @@ def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str
     with ThreadPoolExecutor(max_workers=len(devices)) as pool:
         list(pool.map(evaluate, devices))
     return ServiceTimes.from_measured(rows), rows
+
+
+def _hardware(config: BenchConfig, rows: list[dict[str, Any]]) -> str:
+    """Where the service times were measured (rows read with --measured came from elsewhere)."""
+    where = sorted({r["hardware"] for r in rows if r.get("hardware")})
+    return "measured on " + "; ".join(where) if where else hardware_label(config.devices)
 
 
 def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[str, Any]:
@@ -193,7 +245,7 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
     return {"clock": "virtual", "config": describe(config),
             "speed": config.speed, "fork_model": config.fork_model,
             "devices": config.devices, "concurrency": config.concurrency,
-            "hardware": hardware_label(config.devices),
+            "hardware": _hardware(config, rows),
             "ceiling": draft_bound, "named_ceiling": pooled(turns), "per_mode": per_mode,
             "ratios": ratios, "no_headline": no_headline,
             "answers": len(answers), "answers_judged": judged, "programs": len(rows),
@@ -239,14 +291,23 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_virtual(config: BenchConfig, seed: int, say=print) -> dict[str, Any]:
-    """Both steps; the summary, with the measured rows and every simulated job."""
+def run_virtual(config: BenchConfig, seed: int, say=print,
+                measured: Path | None = None) -> dict[str, Any]:
+    """Both steps (step 1 read from `measured` when given); the summary, with the measured rows
+    and every simulated job."""
     began = time.monotonic()
-    service, rows = measure(config, say)
+    if measured is not None:
+        rows = load_measured(measured, config)
+        service = ServiceTimes.from_measured(rows, source=str(measured))
+        say(f"  {len(rows)} programs' verdicts and service times read from {measured}")
+    else:
+        service, rows = measure(config, say)
     measured_wall = time.monotonic() - began
     modes = simulate(config, service, seed)
     summary = summarize(config, rows, modes)
     summary["measured_wall_s"] = measured_wall
+    if measured is not None:
+        summary["measured_from"] = str(measured)
     summary["evaluations"] = rows
     summary["jobs"] = [{"mode": mode, **j} for mode, m in modes.items() for j in m["jobs"]]
     if any(m["unmeasured"] for m in summary["per_mode"].values()):

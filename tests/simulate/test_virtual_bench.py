@@ -111,3 +111,46 @@ def test_no_ratio_when_most_answers_could_not_be_judged_here() -> None:
     assert summary["ratios"] == {}
     text = table(summary)
     assert "no ratio is printed" in text and "specgen / sequential" not in text
+
+
+def test_measured_programs_are_simulated_again_elsewhere(tmp_path: Path, capsys) -> None:
+    """`--measured` reads an earlier run's rows (results.json or the measured.jsonl written as it
+    went) and measures nothing; rows for other traces are an error that says what is missing."""
+    first = tmp_path / "first"
+    args = ["bench", "--generate", "1", "--turns", "1", "--concurrency", "1", "--modes",
+            "specgen,sequential", "--problems", "softmax", "--seed", "3", "--quiet"]
+    assert main([*args, "--out", str(first)]) == 0
+    rows = json.loads((first / "results.json").read_text())["evaluations"]
+    assert [json.loads(line) for line in (first / "measured.jsonl").read_text().splitlines()] == rows
+    assert all("spare_wait" in r["validate_stages"] and "runner_startup" in r["validate_stages"]
+               for r in rows if r["judged"])
+    for source in ("results.json", "measured.jsonl"):
+        again = tmp_path / f"again-{source}"
+        assert main([*args, "--fork-model", "named", "--measured", str(first / source),
+                     "--out", str(again)]) == 0
+        data = json.loads((again / "results.json").read_text())
+        assert data["evaluations"] == rows and data["measured_from"] == str(first / source)
+        assert not (again / "measured").exists()          # no worker was started
+    assert main([*args, "--seed", "4", "--measured", str(first / "results.json"),
+                 "--out", str(tmp_path / "other")]) == 2
+    assert "of this bench's programs were not measured there" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{\"clock\": \"wall\"}")
+    assert main([*args, "--measured", str(tmp_path / "bad.json"), "--out", str(tmp_path / "b")]) == 2
+    assert "not the results.json of a `specgen bench --clock virtual` run" in capsys.readouterr().err
+    assert main([*args, "--clock", "wall", "--measured", str(first / "results.json"),
+                 "--out", str(tmp_path / "w")]) == 2
+    assert "needs --clock virtual" in capsys.readouterr().err
+
+
+def test_a_measured_runner_wait_is_modelled_not_kept_in_the_service_time() -> None:
+    rows = [{"problem": "softmax", "program": "p", "final": True, "judged": True, "correct": True,
+             "validate_s": 2.0, "validate_stages": {"spare_wait": 0.5, "runner_startup": 0.3},
+             "profile_s": 3.0, "profile_stages": {"spare_wait": 0.0, "runner_startup": 0.2},
+             "speedup": 1.5},
+            {"problem": "softmax", "program": "q", "final": False, "judged": True, "correct": False,
+             "validate_s": 1.0}]
+    times = ServiceTimes.from_measured(rows)
+    assert times.program_durations["p"] == {"validate": [1.5], "profile": [3.0]}
+    assert times.program_durations["q"] == {"validate": [1.0]}      # an older row: kept whole
+    assert sorted(times.runner_startup_s) == [0.2, 0.3]
+    assert times.program_takes_runner == {"p": [True], "q": [False]}
