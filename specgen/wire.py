@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
+from specgen.errors import SpecgenError
 from specgen.messages import MESSAGE_TYPES, PROTOCOL_VERSION, ErrorReply, _Wire
 
 MAGIC = b"SG"
@@ -24,7 +25,7 @@ _headers = {kind: MAGIC + bytes((PROTOCOL_VERSION, kind)) for kind in MESSAGE_TY
 _loose = msgspec.msgpack.Decoder()
 
 
-class WireError(Exception):
+class WireError(SpecgenError):
     """A frame that cannot be accepted; `ref` is the call_id when it could still be read."""
 
     def __init__(self, code: str, message: str, ref: int = 0) -> None:

@@ -11,6 +11,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
+from specgen.errors import SpecgenError
+
 
 @dataclass
 class GenerationParams:
@@ -39,7 +41,7 @@ class TokenDelta:
     num_prompt_tokens: int | None = None
 
 
-class EngineError(RuntimeError):
+class EngineError(SpecgenError, RuntimeError):
     """The engine failed in a way a job should record (unreachable server, cut stream, ...).
 
     Raised from `start()` and from inside a running stream (never a silent end or a hang); the message

@@ -34,12 +34,13 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
+from specgen.errors import SpecgenError
 from specgen.messages import BuildRecord, BuildResult
 
 _KEY_IGNORED = {"build_directory", "verbose", "keep_intermediates"}
 
 
-class ExtensionBuildError(RuntimeError):
+class ExtensionBuildError(SpecgenError, RuntimeError):
     """A load_inline build failed (compile or link error)."""
 
 

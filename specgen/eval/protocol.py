@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from specgen.errors import SpecgenError
 from specgen.messages import RunnerReply, RunnerRequest
 
 PACKET = 64 * 1024              # payload bytes per packet (well under the socket's buffer)
@@ -42,12 +43,12 @@ _ANCILLARY = (socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_UCRED.size)
               + socket.CMSG_SPACE(MAX_FDS * 4))
 
 
-class FrameError(ValueError):
+class FrameError(SpecgenError, ValueError):
     """A message from the other end that cannot be accepted: too large, or not a struct of the
     expected union (the text names which and what is wrong)."""
 
 
-class ChannelClosed(ConnectionError):
+class ChannelClosed(SpecgenError, ConnectionError):
     """The other end is gone (it exited or closed its socket)."""
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from specgen.errors import SpecgenError
 from specgen.eval import containment, sandbox
 from specgen.eval.protocol import Channel, ChannelClosed, FrameError, Received, socket_pair
 from specgen.eval.sandbox import SCRATCH, SandboxError, SandboxSpec, SandboxStatus
@@ -33,7 +34,7 @@ _POLL_S = 0.1
 _START_CAP_MB = 4096            # the tree's memory before its limit is set from its ready usage
 
 
-class RunnerError(RuntimeError):
+class RunnerError(SpecgenError, RuntimeError):
     """A runner failed to start or to answer (the message says why and which setting applies)."""
 
 

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import specgen
+from specgen.errors import SpecgenError
 
 NAMESPACES = "namespaces"
 NONE = "none"
@@ -64,7 +65,7 @@ SYSTEM_PATHS = ("/usr", "/etc", "/opt/conda", "/usr/local")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
-class SandboxError(RuntimeError):
+class SandboxError(SpecgenError, RuntimeError):
     """The sandbox could not be set up (the message says which step failed and why)."""
 
 

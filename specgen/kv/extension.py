@@ -8,10 +8,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from specgen.errors import SpecgenError
+
 _module: ModuleType | None = None
 
 
-class KvExtensionMissing(ImportError):
+class KvExtensionMissing(SpecgenError, ImportError):
     """The compiled extension is not built or not importable."""
 
 
