@@ -25,7 +25,7 @@ def bench(clock: str, args: argparse.Namespace, extra: list[str]) -> dict:
     command = [sys.executable, "-m", "specgen.cli", "bench", "--clock", clock, "--generate",
                str(args.generate), "--turns", str(args.turns), "--concurrency", str(args.generate),
                "--seed", str(args.seed), "--modes", args.modes, "--speed", str(args.speed),
-               "--fork-model", args.fork_model, "--out", str(out), "--quiet", *extra]
+               "--fork-model", args.fork_model, "--out", str(out), *extra]
     if args.devices:
         command += ["--devices", args.devices]
     if args.problems:

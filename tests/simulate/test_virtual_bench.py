@@ -154,3 +154,24 @@ def test_a_measured_runner_wait_is_modelled_not_kept_in_the_service_time() -> No
     assert times.program_durations["q"] == {"validate": [1.0]}      # an older row: kept whole
     assert sorted(times.runner_startup_s) == [0.2, 0.3]
     assert times.program_takes_runner == {"p": [True], "q": [False]}
+
+
+def test_the_named_ceilings_saving_on_wrong_answers_is_counted() -> None:
+    from specgen.optimize.ceiling import ceiling
+    from specgen.simulate.virtual_bench import named_saving_on_wrong_answers
+
+    problems = generated_problems(8, 3, 1, None, ("torch", "cpp"))
+    _, turns = ceiling([p.trace for p in problems])
+    assert any(t.named_stop_tokens < t.total_tokens for t in turns)
+    finals = [(p.name.split("#")[0], program_key(extract_candidate(it.final.text, accept_unclosed=True)))
+              for p in problems for it in p.trace.iterations]
+    rows = [{"problem": name, "program": key, "correct": ok} for (name, key) in finals for ok in [True]]
+    assert named_saving_on_wrong_answers(problems, turns, rows) == 0.0
+    assert named_saving_on_wrong_answers(problems, turns, []) == 1.0
+    # One problem's answers wrong: its turns' share of the saving, no more.
+    first = problems[0].name.split("#")[0]
+    mixed = [{**r, "correct": r["problem"] != first} for r in rows]
+    saved = {p.name: sum(t.total_tokens - t.named_stop_tokens for t in turns if t.problem == p.trace.metadata.problem)
+             for p in problems}
+    share = named_saving_on_wrong_answers(problems, turns, mixed)
+    assert share == pytest.approx(saved[problems[0].name] / sum(saved.values()))
