@@ -178,7 +178,7 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
     from specgen.optimize.loop import run_job
 
     writer = (fork_writer(config.fork_model, config.live_engine, max_tokens=config.fork_max_tokens)
-              if config.fork_model == "model" else fork_writer(config.fork_model))
+              if FORK_MODELS[config.fork_model].needs_engine else fork_writer(config.fork_model))
     engine = IterationModelledEngine(problem.trace, writer, timing=config.timing,
                                      speed=config.speed, prefix_cache=config.prefix_cache,
                                      kv_pool=config.kv_pool)
@@ -288,7 +288,7 @@ def prebuild(config: BenchConfig) -> int:
 def describe(config: BenchConfig) -> dict[str, Any]:
     """The run's settings as results.json records them (both clocks)."""
     return {"modes": config.modes, "fork_model": config.fork_model,
-            "fork_max_tokens": config.fork_max_tokens if config.fork_model == "model" else None,
+            "fork_max_tokens": config.fork_max_tokens if FORK_MODELS[config.fork_model].needs_engine else None,
             "timing": config.timing.to_dict(), "speed": config.speed,
             "concurrency": config.concurrency, "devices": config.devices,
             "prefix_cache": config.prefix_cache, "kv_pool": config.kv_pool,

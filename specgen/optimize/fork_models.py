@@ -14,18 +14,23 @@ position would have written; each model here is one honest answer to that, with 
 - `model`: a real engine (vLLM in-process, or an OpenAI-compatible server) writes the fork from the
   actual fork prompt (the conversation, the reasoning so far, the fork suffix): closed loop; what
   comes back depends on the prompt and its feedback.
+
+**Adding one** is a module with a writer class and one `register_fork_model(...)` line (see
+docs/optimize.md, "Adding a fork model"). Everything that offers a fork model (`specgen bench
+--fork-model`, `specgen optimize --fork-model`, the simulator's scripted turns, the virtual
+clock) reads this registry. A writer that reads only the trace implements `program_at`, which
+lets the virtual clock script it; one that needs a live engine (`needs_engine`) runs on the wall
+clock only.
 """
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from specgen.engines.base import Engine, GenerationParams
 from specgen.engines.trace import Iteration
 from specgen.optimize.extraction import extract_candidate, find_drafts, first_naming
-
-FORK_MODELS = ("draft", "named", "model")
-
 
 def latest_draft(text: str) -> str | None:
     """The last complete `ModelNew` program in `text` (a closed fenced block or an unfenced
@@ -39,36 +44,46 @@ def as_answer(program: str) -> str:
     return f"```python\n{program}```\n"
 
 
-class DraftWriter:
-    name = "draft"
+class ReplayWriter:
+    """A writer that reads only the trace: what it writes at a position is `program_at`, which
+    the virtual clock asks directly and `write` wraps as the fork's answer text."""
+
+    name = ""
+
+    def program_at(self, reasoning_so_far: str, reasoning: str, final: str | None) -> str | None:
+        """The program a fork writes after `reasoning_so_far` (a prefix of the turn's
+        `reasoning`, whose final answer's program is `final`), or None for nothing."""
+        raise NotImplementedError
 
     async def write(self, iteration: Iteration, position: int, reasoning_text: str,
                     suffix_text: str) -> str:
-        draft = latest_draft(reasoning_text)        # the reasoning up to the fork, nothing more
-        return as_answer(draft) if draft else ""
+        final = extract_candidate(iteration.final.text, accept_unclosed=True)
+        program = self.program_at(reasoning_text, iteration.reasoning.text, final)
+        return as_answer(program) if program else ""
 
 
-class NamedWriter:
+class DraftWriter(ReplayWriter):
+    name = "draft"
+
+    def program_at(self, reasoning_so_far: str, reasoning: str, final: str | None) -> str | None:
+        return latest_draft(reasoning_so_far)       # the reasoning up to the fork, nothing more
+
+
+class NamedWriter(ReplayWriter):
     name = "named"
 
     def __init__(self) -> None:
-        self._answers: dict[int, tuple[str | None, int | None]] = {}
+        self._named: dict[tuple[int, int], int | None] = {}
 
-    def _answer(self, iteration: Iteration) -> tuple[str | None, int | None]:
-        key = id(iteration)
-        if key not in self._answers:
-            final = extract_candidate(iteration.final.text, accept_unclosed=True)
-            named = first_naming(iteration.reasoning.text, final) if final else None
-            self._answers[key] = (final, named)
-        return self._answers[key]
-
-    async def write(self, iteration: Iteration, position: int, reasoning_text: str,
-                    suffix_text: str) -> str:
-        final, named = self._answer(iteration)
-        if final is not None and named is not None and len(reasoning_text) > named:
-            return as_answer(final)
-        draft = latest_draft(reasoning_text)
-        return as_answer(draft) if draft else ""
+    def program_at(self, reasoning_so_far: str, reasoning: str, final: str | None) -> str | None:
+        if final is not None:
+            key = (hash(reasoning), hash(final))      # one search per turn, not per fork
+            if key not in self._named:
+                self._named[key] = first_naming(reasoning, final)
+            named = self._named[key]
+            if named is not None and len(reasoning_so_far) > named:
+                return final
+        return latest_draft(reasoning_so_far)
 
 
 class EngineWriter:
@@ -98,14 +113,54 @@ class EngineWriter:
         return "".join(parts)
 
 
+@dataclass(frozen=True)
+class ForkModel:
+    """A registered fork model: `make(engine, **options)` builds its writer."""
+
+    name: str
+    make: Callable[..., Any]
+    needs_engine: bool = False          # written by a live engine: the wall clock only
+    summary: str = ""
+
+    @property
+    def replays(self) -> bool:
+        """Whether the virtual clock can script it (it reads only the trace)."""
+        return not self.needs_engine
+
+
+FORK_MODELS: dict[str, ForkModel] = {}
+
+
+def register_fork_model(name: str, make: Callable[..., Any], *, needs_engine: bool = False,
+                        summary: str = "") -> ForkModel:
+    """Offer a fork model under `name` to every command; `make(engine, **options)` returns the
+    writer (a `ReplayWriter`, or an object with `async write(...)` when it needs an engine)."""
+    if name in FORK_MODELS or name == "scripted":
+        raise ValueError(f"fork model {name!r} is already registered")
+    FORK_MODELS[name] = model = ForkModel(name, make, needs_engine, summary)
+    return model
+
+
+def replayable_fork_models() -> tuple[str, ...]:
+    """The fork models the virtual clock and a replayed `optimize` can run (no live engine)."""
+    return tuple(n for n, m in FORK_MODELS.items() if m.replays)
+
+
 def fork_writer(name: str, engine: Engine | None = None, **options: Any):
-    """The writer for `--fork-model NAME` (`model` needs a live engine)."""
-    if name == "draft":
-        return DraftWriter()
-    if name == "named":
-        return NamedWriter()
-    if name == "model":
+    """The writer for `--fork-model NAME` (one that needs an engine gets `engine`)."""
+    model = FORK_MODELS.get(name)
+    if model is None:
+        raise ValueError(f"unknown fork model {name!r}: one of {', '.join(FORK_MODELS)}")
+    if model.needs_engine:
         if engine is None:
-            raise ValueError("fork model 'model' needs a live engine (--llm vllm|openai)")
-        return EngineWriter(engine, **options)
-    raise ValueError(f"unknown fork model {name!r}: one of {', '.join(FORK_MODELS)}")
+            raise ValueError(f"fork model {name!r} needs a live engine (--llm vllm|openai)")
+        return model.make(engine, **options)
+    return model.make(None, **options)
+
+
+register_fork_model("draft", lambda engine: DraftWriter(),
+                    summary="the latest complete draft before the fork (the conservative bound)")
+register_fork_model("named", lambda engine: NamedWriter(),
+                    summary="the final answer once its kernel is named (an optimistic bound)")
+register_fork_model("model", lambda engine, **options: EngineWriter(engine, **options),
+                    needs_engine=True, summary="a live engine writes the fork from its prompt")

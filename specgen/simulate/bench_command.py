@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from specgen.errors import UsageError
+from specgen.optimize.fork_models import FORK_MODELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--problems", default="", help="comma-separated bundled problems to generate for")
     p.add_argument("--modes", default="specgen,sequential,best-of-n,pipeline")
-    p.add_argument("--fork-model", default="draft", choices=("draft", "named", "model"))
+    p.add_argument("--fork-model", default="draft", choices=tuple(FORK_MODELS),
+                   help="what a fork of replayed reasoning writes (optimize/fork_models.py)")
     p.add_argument("--llm", choices=("vllm", "openai"), help="a live engine for --fork-model model")
     p.add_argument("--model", help="model directory (vllm) or name (openai)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
@@ -124,8 +126,9 @@ def bench_main(args: argparse.Namespace) -> int:
     from specgen.engines.timing_model import TimingModel
     from specgen.optimize.bench import BenchConfig
 
-    if args.fork_model == "model" and args.llm is None:
-        raise UsageError("bench: --fork-model model needs a live engine: --llm vllm|openai")
+    needs_engine = FORK_MODELS[args.fork_model].needs_engine
+    if needs_engine and args.llm is None:
+        raise UsageError(f"bench: --fork-model {args.fork_model} needs a live engine: --llm vllm|openai")
     if not args.traces and not args.generate:
         raise UsageError("bench: give trace files or --generate N")
     devices = _devices(args.devices)
@@ -140,7 +143,7 @@ def bench_main(args: argparse.Namespace) -> int:
         base.eval_options = {**base.eval_options, "timeout_s": args.eval_timeout}
     base.check()
     if args.clock == "virtual":
-        wall_only = [flag for flag, given in (("--fork-model model", args.fork_model == "model"),
+        wall_only = [flag for flag, given in ((f"--fork-model {args.fork_model}", needs_engine),
                                                ("--kv-pool-effect", args.kv_pool_effect),
                                                ("--sensitivity", args.sensitivity),
                                                ("--time-budget", args.time_budget is not None))
@@ -166,8 +169,8 @@ def bench_main(args: argparse.Namespace) -> int:
     if args.sensitivity:
         from dataclasses import replace
 
-        for model in ("draft", "named") + (("model",) if args.llm else ()):
-            if model != base.fork_model:
+        for model, spec in FORK_MODELS.items():
+            if model != base.fork_model and (args.llm or not spec.needs_engine):
                 variants.append((f"fork model {model}", replace(base, fork_model=model, label=model)))
         # What cancelling the speculative candidates still owed at a job's end buys and costs.
         variants.append(("speculative tail drained", replace(base, drain_speculative=True, label="drain")))

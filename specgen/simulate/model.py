@@ -24,8 +24,8 @@ from specgen.engines.timing_model import TimingModel
 from specgen.errors import UsageError
 from specgen.messages import TriggerSettings
 from specgen.optimize.dedup import fingerprint
-from specgen.optimize.extraction import extract_candidate, first_naming
-from specgen.optimize.fork_models import latest_draft
+from specgen.optimize.extraction import extract_candidate
+from specgen.optimize.fork_models import fork_writer
 from specgen.optimize.synthetic import CHARS_PER_TOKEN, LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
 
@@ -282,11 +282,12 @@ def _tokens(chars: int) -> int:
 def script_turn(problem: str, reasoning: str, final_text: str, settings: TriggerSettings,
                 forking: bool, inline: bool, fork_model: str = "draft") -> TurnScript:
     """Run the loop's own triggers (no gates: those are asked live) over the turn's text in
-    stream-sized deltas, and note where each fires and what a fork there would write: with the
-    `draft` fork model the latest program the reasoning completed before that point; with `named`,
-    the final answer once its kernel has been named (`fork_models.NamedWriter`), else that draft."""
+    stream-sized deltas, and note where each fires and what a fork there would write: the
+    registered fork model's `program_at` (`fork_models`: with `draft` the latest program the
+    reasoning completed before that point; with `named` the final answer once its kernel has
+    been named, else that draft)."""
     final = extract_candidate(final_text, accept_unclosed=True)
-    named = first_naming(reasoning, final) if fork_model == "named" and final else None
+    writer = fork_writer(fork_model)
     policy = build_trigger_policy(settings, forking=forking, inline_candidates=inline, load_aware=False)
     scan = TriggerPolicy(policy.triggers, gates=())
     firings: list[Firing] = []
@@ -303,7 +304,7 @@ def script_turn(problem: str, reasoning: str, final_text: str, settings: Trigger
         for source in decision.inline_candidates:
             firings.append(Firing(tokens, "inline", end, source=source))
         if decision.fork:
-            answer = final if named is not None and end > named else latest_draft(reasoning[:end])
+            answer = writer.program_at(reasoning[:end], reasoning, final)
             firings.append(Firing(tokens, "fork", end, fork_answer=answer))
     for source in policy.finish(reasoning) if inline else []:
         firings.append(Firing(_tokens(len(reasoning)), "inline", len(reasoning), source=source))

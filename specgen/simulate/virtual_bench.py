@@ -35,10 +35,9 @@ from specgen.optimize.bench import (BenchConfig, BenchProblem, describe, hardwar
 from specgen.optimize.bench_report import BASELINES, ceiling_lines, devices_text, geomean_ci
 from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.extraction import extract_candidate
+from specgen.optimize.fork_models import replayable_fork_models
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
-
-VIRTUAL_FORK_MODELS = ("draft", "named")
 
 
 def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, bool]]:
@@ -169,9 +168,9 @@ def _hardware(config: BenchConfig, rows: list[dict[str, Any]]) -> str:
 
 def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[str, Any]:
     """Step 2 (see the module doc): per mode, the jobs of every batch and their feedback."""
-    if config.fork_model not in VIRTUAL_FORK_MODELS:
+    if config.fork_model not in replayable_fork_models():
         raise UsageError(f"bench --clock virtual: fork model {config.fork_model!r} writes from a live "
-                         f"engine; use --clock wall (virtual: {', '.join(VIRTUAL_FORK_MODELS)})")
+                         f"engine; use --clock wall (virtual: {', '.join(replayable_fork_models())})")
     bank = TurnBank([], 0, seed, TriggerSettings())
     turns = max(len(p.trace.iterations) for p in config.problems)
     batches = [config.problems[i:i + config.concurrency]

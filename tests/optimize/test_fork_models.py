@@ -106,3 +106,34 @@ def test_generator_is_seeded_and_follows_its_premises() -> None:
     drafted = [p for p in turns if p.final_drafted_at is not None]
     assert all(p.correct for p in drafted)
     assert all(0.5 <= p.final_drafted_at < 1.0 for p in drafted)
+
+
+def test_a_new_fork_model_is_one_class_and_one_registration(tmp_path) -> None:
+    """The worked example of docs/optimize.md: a toy fork model that writes the earliest complete
+    draft, registered once, is offered by `specgen bench` and scripted by the virtual clock."""
+    import json
+
+    from specgen.cli import main
+    from specgen.optimize import fork_models
+    from specgen.optimize.extraction import find_drafts
+    from specgen.optimize.fork_models import ReplayWriter, register_fork_model
+
+    class FirstDraftWriter(ReplayWriter):
+        name = "first-draft"
+
+        def program_at(self, reasoning_so_far, reasoning, final):
+            drafts = find_drafts(reasoning_so_far, ended=True)
+            return drafts[0].source.strip("\n") + "\n" if drafts else None
+
+    register_fork_model("first-draft", lambda engine: FirstDraftWriter())
+    try:
+        assert "first-draft" in fork_models.replayable_fork_models()
+        with pytest.raises(ValueError, match="already registered"):
+            register_fork_model("first-draft", lambda engine: FirstDraftWriter())
+        out = tmp_path / "bench"
+        assert main(["bench", "--generate", "1", "--turns", "1", "--concurrency", "1", "--modes",
+                     "specgen,sequential", "--problems", "softmax", "--seed", "3",
+                     "--fork-model", "first-draft", "--out", str(out), "--quiet"]) == 0
+        assert json.loads((out / "results.json").read_text())["fork_model"] == "first-draft"
+    finally:
+        fork_models.FORK_MODELS.pop("first-draft", None)
