@@ -156,17 +156,24 @@ class _Plan:
     notice: str = ""                           # said before the run, e.g. that a trace is replayed
 
 
-def _plan(args: argparse.Namespace) -> _Plan:
-    from specgen.optimize.bundled import DEFAULT_PROBLEM, bundled_problem, bundled_trace
+def _plan(args: argparse.Namespace, gpu: bool | None = None) -> _Plan:
+    """`gpu`: whether this host has a GPU (None: look), which picks the bundled default run."""
+    from specgen.optimize.bundled import DEFAULT_PROBLEM, bundled_problem, bundled_trace, default_run
 
     plan = _Plan()
     if args.trace and args.llm not in (None, "replay"):
         raise UsageError(f"--trace replays a recorded trace; it cannot go with --llm {args.llm}")
     llm = "replay" if args.trace else args.llm
+    default_trace = None
     if args.problem is None:
         if llm not in (None, "replay"):
             raise UsageError(f"--llm {llm} needs a PROBLEM.py to optimize")
-        plan.problem_path = bundled_problem(DEFAULT_PROBLEM)
+        name = DEFAULT_PROBLEM
+        if not args.trace:
+            # The first run: a hand-written Triton trace on a GPU host; on a CPU-only host a
+            # generated trace of a problem whose C++ kernels run natively.
+            name, default_trace = default_run(_host_has_gpu() if gpu is None else gpu)
+        plan.problem_path = bundled_problem(name)
     else:
         plan.problem_path = Path(args.problem)
         if not plan.problem_path.is_file():
@@ -179,14 +186,19 @@ def _plan(args: argparse.Namespace) -> _Plan:
             if not plan.trace_path.is_file():
                 raise UsageError(f"trace file {args.trace} not found")
         else:
-            plan.trace_path = bundled_trace(plan.problem_name)
-            if plan.trace_path is None:
+            plan.trace_path = default_trace or bundled_trace(plan.problem_name)
+            if plan.trace_path is None or not plan.trace_path.is_file():
                 raise UsageError(
                     f"no engine configured and no bundled trace for {plan.problem_name}: pass "
                     f"--llm vllm --model DIR, --llm openai --base-url URL --model NAME "
                     f"--tokenizer DIR, or --trace FILE")
             what = "bundled problem" if args.problem is None else "problem"
-            plan.notice = (f"No engine configured: replaying the bundled hand-written trace "
+            from specgen.optimize.bundled import GENERATED_TRACES_DIR
+
+            generated = plan.trace_path.parent == GENERATED_TRACES_DIR
+            kind = ("generated (tools/make_traces.py --generated, seed 0)" if generated
+                    else "hand-written")
+            plan.notice = (f"No engine configured: replaying the bundled {kind} trace "
                            f"{plan.trace_path.name} for the {what} {plan.problem_name} "
                            f"(--llm vllm|openai runs a live model).")
         if args.fork_model == "scripted":
@@ -253,13 +265,21 @@ def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
     return OpenAICompatEngine(args.base_url, args.model, tokenizer=args.tokenizer)
 
 
-def _default_devices() -> list[str]:
+def _gpu_count() -> int:
     try:
         import torch
 
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:
-        gpus = 0
+        return 0
+
+
+def _host_has_gpu() -> bool:
+    return _gpu_count() > 0
+
+
+def _default_devices() -> list[str]:
+    gpus = _gpu_count()
     if gpus:
         return [f"cuda:{i}" for i in range(gpus)]
     return ["cpu"] * max(1, min(4, os.cpu_count() or 1))
@@ -518,6 +538,8 @@ def run_optimize(args: argparse.Namespace) -> int:
                 display.close()
         written = writer.finish(result)
         _summary(result, written, say if not args.quiet else (lambda text: print(text)))
+        _closing_screen(result, written, plan, args, devices, eval_options, say,
+                        sys.stdout if args.quiet else sys.stderr)
         return 0 if result.status != "failed" else 1
 
     journal = LoopJournal(out_dir)
@@ -526,7 +548,8 @@ def run_optimize(args: argparse.Namespace) -> int:
         return finish(lambda: _submit(args, plan, spec, emit, say))
     on_cpu = all(d == "cpu" for d in devices)
     say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
-        + (" (CPU: Triton runs under its interpreter; timings are CPU timings)" if on_cpu else ""))
+        + (" (CPU: C++ kernels run natively, Triton under its interpreter; timings are CPU "
+           "timings)" if on_cpu else ""))
     if in_reasoner:
         journal.close()   # the job's reasoner journals the loop in the cluster's state
 
@@ -668,6 +691,39 @@ def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSp
     except KeyboardInterrupt:
         job.cancel()
         raise
+
+
+def _closing_screen(result: OptimizeResult, written: dict[str, Path], plan: _Plan,
+                    args: argparse.Namespace, devices: list[str], eval_options: dict[str, Any],
+                    say: Callable[[str], None], stream: Any) -> None:
+    """The first-run screen (specgen/optimize/first_run.py): the best kernel, how much reasoning
+    was stopped, and this run against a sequential run of the same trace on the virtual clock."""
+    from specgen.optimize import first_run
+
+    if result.status == "cancelled":
+        return
+    trace = timing = None
+    if plan.llm == "replay" and plan.trace_path is not None and args.fork_model != "scripted":
+        from specgen.engines.timing_model import TimingModel
+        from specgen.engines.trace import Trace
+
+        trace = Trace.load(plan.trace_path)
+        timing = TimingModel.from_overrides(args.timing)
+    measured: dict[int, float | None] = {}
+    if trace is not None and result.status == "target_reached":
+        # Stopped early because a kernel was good enough: what sequential would have waited for
+        # includes judging the answer this run never wrote. (A run cut by a budget saved nothing
+        # by speculation; its sequential figure stays unmeasured.)
+        programs = first_run.unevaluated_answers(result, trace)
+        if programs:
+            say(f"The run stopped the reasoning before its answer: evaluating the trace's answer "
+                f"once on {devices[0]}, for the sequential figure ...")
+            measured = first_run.measure_answers(programs, plan.problem_name,
+                                                 plan.problem_path.read_text(), devices[0],
+                                                 eval_options)
+    figures = first_run.figures(result, trace, timing, speed=args.speed,
+                                best_kernel=written.get("best_kernel"), measured_after=measured)
+    first_run.show(first_run.render(figures), stream)
 
 
 def _summary(result: OptimizeResult, written: dict[str, Path],

@@ -15,14 +15,20 @@ from .conftest import PROBLEMS
 
 
 def test_default_run_replays_the_bundled_trace_through_the_runtime(tmp_path, capsys) -> None:
+    # The GPU host's default problem, named (a CPU-only host's default is a generated trace:
+    # tests/optimize/test_first_run.py).
     out = tmp_path / "run"
-    code = main(["optimize", "--speed", "12", "--max-iterations", "1", "--trials", "2",
+    code = main(["optimize", str(PROBLEMS / "fused_elementwise.py"), "--speed", "12",
+                 "--max-iterations", "1", "--trials", "2",
                  "--timing-trials", "5", "--devices", "cpu,cpu", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "No engine configured: replaying the bundled hand-written trace" in captured.err
     assert "fused_elementwise" in captured.err and "CPU timings" in captured.err
     assert "Forks: fork model 'draft'; timing: 56 tokens/s per request" in captured.err
+    # The closing screen: the best kernel's file and the sequential comparison.
+    assert f"Best kernel: {out / 'best_kernel.py'}" in captured.err
+    assert "Sequential, same trace (virtual clock)" in captured.err and "Saved: " in captured.err
 
     result = msgspec.json.decode((out / "result.json").read_bytes(), type=OptimizeResult)
     assert result.mode == "specgen" and result.status == "iterations_done"
