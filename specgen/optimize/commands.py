@@ -60,10 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--trace", help="trace file to replay (implies --llm replay)")
     engine.add_argument("--speed", type=float, default=1.0,
                         help="replay time scale: 2 replays twice as fast (default 1)")
-    engine.add_argument("--fork-model", choices=("draft", "named", "scripted"), default="draft",
-                        help="what a fork of replayed reasoning writes: the latest draft before it "
-                             "(default), the final answer once its kernel is named (an optimistic "
-                             "bound), or the trace's pre-written fork outputs (a test fixture)")
+    from specgen.optimize.fork_models import replayable_fork_models
+
+    engine.add_argument("--fork-model", choices=(*replayable_fork_models(), "scripted"), default="draft",
+                        help="what a fork of replayed reasoning writes (optimize/fork_models.py): "
+                             "the latest draft before it (draft, the default), the final answer once "
+                             "its kernel is named (named, an optimistic bound), or the trace's "
+                             "pre-written fork outputs (scripted, a test fixture)")
     engine.add_argument("--timing", action="append", default=[], metavar="NAME=VALUE",
                         help="override the timing model of a replay (r1, knee, beta, prefill_tps, ...)")
     engine.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
