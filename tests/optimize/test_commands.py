@@ -9,6 +9,7 @@ import pytest
 
 from specgen.cli import main
 from specgen.messages import OptimizeEvent, OptimizeResult
+from specgen.optimize.bundled import bundled_problem
 
 from .chrome_trace import load_chrome_trace
 from .conftest import PROBLEMS
@@ -112,7 +113,8 @@ def test_force_replaces_an_earlier_runs_files_and_keeps_other_files(tmp_path, ca
     for name, text in (("result.json", '{"job_id": "old"}'), ("best_kernel.py", "# old kernel"),
                        ("events.jsonl", '{"old": 1}\n'), ("timeline.json", "[]"), ("notes.txt", "mine")):
         (out / name).write_text(text)
-    code = main(["optimize", "--evaluation", "inprocess", "--devices", "cpu", "--time-budget", "1",
+    code = main(["optimize", str(bundled_problem("fused_elementwise")), "--evaluation", "inprocess",
+                 "--devices", "cpu", "--time-budget", "1",
                  "--trials", "2", "--timing-trials", "3", "--quiet", "--force", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     result = msgspec.json.decode((out / "result.json").read_bytes(), type=OptimizeResult)
@@ -149,7 +151,8 @@ def test_a_killed_optimize_leaves_no_scheduler_node_worker_or_directory(tmp_path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specgen.cli", "optimize", "--speed", "0.02", "--max-iterations", "1",
+        [sys.executable, "-m", "specgen.cli", "optimize", str(bundled_problem("fused_elementwise")),
+         "--speed", "0.02", "--max-iterations", "1",
          "--trials", "2", "--timing-trials", "3", "--devices", "cpu", "--quiet", "--out", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:

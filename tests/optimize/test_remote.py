@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
+from specgen.optimize.bundled import bundled_problem
 from specgen.runtime.local import LocalCluster
+
+# A problem with a hand-written trace of several iterations (the runtime behaviour under test needs
+# a job that is still running after its first one), named rather than left to the host's default.
+SEVERAL_ITERATIONS = str(bundled_problem("fused_elementwise"))
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +55,8 @@ def test_a_scheduler_that_dies_under_a_follower_ends_it_in_bounded_time(tmp_path
 
     out = tmp_path / "run"
     with LocalCluster(workers=1, state_dir=tmp_path / "state") as cluster:
-        follower = subprocess.Popen([sys.executable, "-m", "specgen.cli", "optimize", "--scheduler", cluster.address,
+        follower = subprocess.Popen([sys.executable, "-m", "specgen.cli", "optimize", SEVERAL_ITERATIONS,
+                                     "--scheduler", cluster.address,
                                      "--speed", "12", "--quiet", "--set", "scheduler_timeout_s=3",
                                      "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
@@ -91,7 +97,8 @@ def test_a_killed_reasoner_continues_from_its_journal(tmp_path: Path) -> None:
 
     out, state = tmp_path / "run", tmp_path / "state"
     with LocalCluster(workers=2, state_dir=state) as cluster:
-        follower = subprocess.Popen([sys.executable, "-m", "specgen.cli", "optimize", "--scheduler", cluster.address,
+        follower = subprocess.Popen([sys.executable, "-m", "specgen.cli", "optimize", SEVERAL_ITERATIONS,
+                                     "--scheduler", cluster.address,
                                      "--speed", "12", "--quiet", "--out", str(out)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
