@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen.errors import UsageError
+from specgen.optimize.engine_kinds import ENGINES
 
 if TYPE_CHECKING:
     from specgen.engines.base import Engine
     from specgen.messages import OptimizeResult, OptimizeSpec
 
-LLMS = ("replay", "vllm", "openai")
 # What `--set` may change with --scheduler: the settings of this command's own connection.
 CONNECTION_SETTINGS = ("connect_timeout_s", "call_timeout_s", "scheduler_timeout_s")
 
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("problem", nargs="?",
                         help="KernelBench-format problem file (default: a bundled example)")
     engine = parser.add_argument_group("engine")
-    engine.add_argument("--llm", choices=LLMS, default=None,
+    engine.add_argument("--llm", choices=tuple(ENGINES), default=None,
                         help="replay a trace, vLLM in this process, or an OpenAI-compatible server "
                              "(default: replay of the bundled trace)")
     engine.add_argument("--trace", help="trace file to replay (implies --llm replay)")
@@ -244,28 +244,11 @@ def _kv_plan(plan: _Plan, args: argparse.Namespace, devices: list[str]):
 
 
 def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
-    if plan.llm == "replay":
-        from specgen.optimize.trace_replay import IterationReplayEngine
+    """The engine of this process's run: the same description a scheduler job carries
+    (`_engine_options`), built by the same registry (`engine_kinds`)."""
+    from specgen.optimize.engine_kinds import build_engine
 
-        assert plan.trace_path is not None
-        if not args.speed > 0:
-            raise UsageError(f"--speed must be > 0, got {args.speed}")
-        if args.fork_model == "scripted":
-            return IterationReplayEngine(plan.trace_path, speed=args.speed, tokenizer=args.tokenizer)
-        from specgen.engines.timing_model import TimingModel
-        from specgen.optimize.fork_models import fork_writer
-        from specgen.optimize.trace_replay import IterationModelledEngine
-
-        return IterationModelledEngine(plan.trace_path, fork_writer(args.fork_model),
-                                       timing=TimingModel.from_overrides(args.timing),
-                                       speed=args.speed, tokenizer=args.tokenizer)
-    if plan.llm == "vllm":
-        from specgen.engines.vllm_engine import command_line_engine
-
-        return command_line_engine(args.model, tokenizer=args.tokenizer)
-    from specgen.engines.openai_http import OpenAICompatEngine
-
-    return OpenAICompatEngine(args.base_url, args.model, tokenizer=args.tokenizer)
+    return build_engine(_engine_options(plan, args), plan.problem_name, where="the engine")
 
 
 def _gpu_count() -> int:
@@ -630,7 +613,10 @@ def _engine_options(plan: _Plan, args: argparse.Namespace) -> dict[str, Any]:
         options = {"llm": "vllm", "model": str(Path(args.model).resolve()), "kv_pool": args.kv_pool,
                    "kv_pool_gib": args.kv_pool_gib}
     else:
-        options = {"llm": "openai", "base_url": args.base_url, "model": args.model}
+        # Any other registered engine (openai among them): the flags it has keys for.
+        given = {"base_url": args.base_url, "model": args.model}
+        options = {"llm": plan.llm, **{k: v for k, v in given.items()
+                                       if v is not None and k in ENGINES[plan.llm].keys}}
     if args.tokenizer:
         options["tokenizer"] = args.tokenizer
     return options

@@ -104,49 +104,12 @@ def optimize_result(result: JobResult) -> OptimizeResult:
 
 
 def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
-    """The engine a scheduler job's `options["engine"]` describes (see the module docstring)."""
-    raw = options.get(ENGINE_OPTION) or {"llm": "replay"}
-    if not isinstance(raw, dict):
-        raise UsageError(f"options[{ENGINE_OPTION!r}] must be a mapping, got {type(raw).__name__}")
-    llm = raw.get("llm", "replay")
-    known = {"replay": {"llm", "trace", "speed", "tokenizer", "fork_model", "timing"},
-             "vllm": {"llm", "model", "tokenizer", "kv_pool", "kv_pool_gib"},
-             "openai": {"llm", "base_url", "model", "tokenizer"}}
-    if llm not in known:
-        raise UsageError(f"options['engine']['llm'] must be one of {', '.join(known)}, got {llm!r}")
-    unknown = sorted(set(raw) - known[llm])
-    if unknown:
-        raise UsageError(f"options['engine'] for {llm}: unknown key(s) {', '.join(unknown)}")
-    if llm == "replay":
-        from specgen.optimize.bundled import bundled_trace
-        from specgen.optimize.trace_replay import IterationReplayEngine
+    """The engine a scheduler job's `options["engine"]` describes (see the module docstring;
+    checked and built by the registry in `engine_kinds`)."""
+    from specgen.optimize.engine_kinds import build_engine
 
-        trace = raw.get("trace") or bundled_trace(problem_name)
-        if trace is None:
-            raise UsageError(f"options['engine'] names no trace and {problem_name!r} has no "
-                             f"bundled one")
-        fork_model = raw.get("fork_model", "scripted")
-        if fork_model == "scripted":
-            return IterationReplayEngine(trace, speed=float(raw.get("speed", 1.0)),
-                                         tokenizer=raw.get("tokenizer"))
-        from specgen.engines.timing_model import TimingModel
-        from specgen.optimize.fork_models import fork_writer
-        from specgen.optimize.trace_replay import IterationModelledEngine
-
-        return IterationModelledEngine(trace, fork_writer(fork_model),
-                                       timing=TimingModel.from_overrides(list(raw.get("timing") or [])),
-                                       speed=float(raw.get("speed", 1.0)), tokenizer=raw.get("tokenizer"))
-    missing = [k for k in sorted(known[llm] - {"llm", "kv_pool", "kv_pool_gib"}) if not raw.get(k)
-               and not (llm == "vllm" and k == "tokenizer")]
-    if missing:
-        raise UsageError(f"options['engine'] for {llm} needs {', '.join(missing)}")
-    if llm == "vllm":
-        from specgen.engines.vllm_engine import command_line_engine
-
-        return command_line_engine(raw["model"], tokenizer=raw.get("tokenizer"))
-    from specgen.engines.openai_http import OpenAICompatEngine
-
-    return OpenAICompatEngine(raw["base_url"], raw["model"], tokenizer=raw["tokenizer"])
+    return build_engine(options.get(ENGINE_OPTION) or {"llm": "replay"}, problem_name,
+                        where=f"options[{ENGINE_OPTION!r}]")
 
 
 async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,

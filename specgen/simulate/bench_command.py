@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from specgen.errors import UsageError
+from specgen.optimize.engine_kinds import ENGINES
 from specgen.optimize.fork_models import FORK_MODELS
 
 
@@ -33,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", default="specgen,sequential,best-of-n,pipeline")
     p.add_argument("--fork-model", default="draft", choices=tuple(FORK_MODELS),
                    help="what a fork of replayed reasoning writes (optimize/fork_models.py)")
-    p.add_argument("--llm", choices=("vllm", "openai"), help="a live engine for --fork-model model")
+    p.add_argument("--llm", choices=tuple(k for k in ENGINES if k != "replay"),
+                   help="a live engine for a fork model that needs one (--fork-model model)")
     p.add_argument("--model", help="model directory (vllm) or name (openai)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--tokenizer", help="tokenizer directory for --llm openai")
@@ -101,21 +103,17 @@ def _problems(args: argparse.Namespace, devices: list[str], shift: float = 0.0):
 
 
 async def _live_engine(args: argparse.Namespace):
-    """The engine forks are written by with --fork-model model (started here)."""
+    """The engine forks are written by with a fork model that needs one (started here), built by
+    the engine registry (`optimize/engine_kinds.py`) from the same description a job carries."""
     if args.llm is None:
         return None
-    if not args.model:
-        raise UsageError("bench: --llm needs --model (a model directory for vllm, a name for openai)")
-    if args.llm == "vllm":
-        from specgen.engines.vllm_engine import command_line_engine
+    from specgen.optimize.engine_kinds import build_engine
 
-        engine = command_line_engine(args.model, tokenizer=args.tokenizer)
-    else:
-        if not args.base_url:
-            raise UsageError("bench: --llm openai needs --base-url")
-        from specgen.engines.openai_http import OpenAICompatEngine
-
-        engine = OpenAICompatEngine(args.base_url, args.model, tokenizer=args.tokenizer)
+    given = {"llm": args.llm, "model": args.model, "base_url": args.base_url,
+             "tokenizer": args.tokenizer}
+    kind = ENGINES[args.llm]
+    engine = build_engine({k: v for k, v in given.items() if v is not None and k in kind.keys},
+                          "", where=f"bench --llm {args.llm}")
     start = getattr(engine, "start", None)
     if start is not None:
         await start()
