@@ -16,6 +16,13 @@ PROTOCOL_VERSION = 2
 
 # --------------------------------------------------------------------------- evaluation
 
+# Why a verdict could not judge the candidate on its outputs (`Verdict.code`): the candidate's run
+# was cancelled, ran past its time, or never started for the named side's reason. Code reads these,
+# never the words of `error`, which are for people.
+VERDICT_CODES = ("cancelled", "timeout", "reference", "problem", "candidate_source", "build",
+                 "refused", "no_runner")
+
+
 class Verdict(msgspec.Struct, kw_only=True, gc=False):
     """What evaluating one candidate against one problem found.
 
@@ -38,6 +45,8 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     cpu_timing: bool = True                 # timings are CPU timings: they say nothing about GPUs
     flags: list[str] = []                   # cheat-guard reasons; empty when clean
     error: str | None = None                # why it failed to load/compile/run, else None
+    code: str = ""                          # why it could not be judged on its outputs, as a code
+                                            # (VERDICT_CODES); "" when it was (right or wrong)
     stage_seconds: dict[str, float] = {}    # wall time per stage: compile, correctness, timing, ...
     ref_cached: bool = False                # ref_ms came from the per-problem reference-timing cache
     floor_ms: float | None = None           # physical floor of the problem on this device, when known

@@ -440,36 +440,40 @@ class EvalWorker:
             problem = problem_from_text(submission.problem_source, name=submission.problem_name
                                         or None)
         except UsageError as exc:
-            return Verdict(error=f"problem source: {exc}", cpu_timing=cpu_timing)
+            return Verdict(error=f"problem source: {exc}", code="problem", cpu_timing=cpu_timing)
         try:
             candidate = candidate_from_text(submission.candidate_source, problem=problem)
         except UsageError as exc:
-            return Verdict(error=f"candidate source: {exc}", cpu_timing=cpu_timing)
+            return Verdict(error=f"candidate source: {exc}", code="candidate_source",
+                           cpu_timing=cpu_timing)
         if self.refuses_candidates:
             return Verdict(error=(f"refused: this host cannot sandbox candidates "
                                   f"({self.sandbox_status.detail}); set EvalOptions.sandbox="
                                   f"'optional' (specgen-node --allow-unsandboxed) to run them "
-                                  f"anyway"), cpu_timing=cpu_timing)
+                                  f"anyway"), code="refused", cpu_timing=cpu_timing)
         build = self._build(candidate, in_run=True)
         if candidate.needs_build:
             seconds["build"] = round(build.seconds, 4)
         if self._cancelled():
-            return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
-        if build.module_error and build.module_error.startswith("build "):
-            return Verdict(error=f"extension {build.module_error}", cpu_timing=cpu_timing,
+            return Verdict(error="cancelled", code="cancelled", cpu_timing=cpu_timing,
                            stage_seconds=seconds)
+        if build.module_error and build.module_error.startswith("build "):
+            return Verdict(error=f"extension {build.module_error}", code="build",
+                           cpu_timing=cpu_timing, stage_seconds=seconds)
         assert self._pool is not None and self._ref_cache is not None
         started = time.monotonic()
         reference, why = self._reference_for(problem)
         seconds["reference_start"] = round(time.monotonic() - started, 4)
         if reference is None:
-            return Verdict(error="cancelled" if why == "cancelled" else
-                           f"{why} (the problem, not the candidate)", cpu_timing=cpu_timing,
+            cancelled = why == "cancelled"
+            return Verdict(error="cancelled" if cancelled else f"{why} (the problem, not the candidate)",
+                           code="cancelled" if cancelled else "reference", cpu_timing=cpu_timing,
                            stage_seconds=seconds)
         try:
             runner, waited = self._pool.take(self.options.spawn_timeout_s)
         except RunnerError as exc:
-            return Verdict(error=f"no runner: {exc}", cpu_timing=cpu_timing, stage_seconds=seconds)
+            return Verdict(error=f"no runner: {exc}", code="no_runner", cpu_timing=cpu_timing,
+                           stage_seconds=seconds)
         seconds["spare_wait"] = round(waited, 4)
         self._ready = runner.ready
         if runner.ready is not None:
@@ -485,7 +489,8 @@ class EvalWorker:
         if not self._track(runner):
             runner.kill()
             runner.remove_log()
-            return Verdict(error="cancelled", cpu_timing=cpu_timing, stage_seconds=seconds)
+            return Verdict(error="cancelled", code="cancelled", cpu_timing=cpu_timing,
+                           stage_seconds=seconds)
         self._track(reference.runner)
         judge = Judge(self.options, self.device, reference.runner, runner, reference.state,
                       candidate, ref_timing, build, self._cancelled, self._turns)

@@ -198,14 +198,17 @@ class Judge:
         """Stop for a request that got no reply: the verdict says why, and whose fault it was.
         A runner killed by a cancel reads as cancelled, not as a death."""
         if why == "cancelled" or self.cancelled():
-            self.verdict.error = "cancelled"
+            self.verdict.error, self.verdict.code = "cancelled", "cancelled"
         elif runner.role == "reference":
             self.fail(f"the reference runner failed: {why}{when} (the reference, not the "
                       "candidate)")
+            self.verdict.code = self.verdict.code or "reference"
         elif why is not None and why.startswith("the candidate runner"):
             self.fail(f"{why}{when}")
         else:
             self.fail(f"candidate {why}{when}")
+            if why is not None and why.startswith("timed out"):
+                self.verdict.code = self.verdict.code or "timeout"
         raise _Stop
 
     def _buffer(self, nbytes: int) -> int:

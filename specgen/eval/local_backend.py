@@ -158,7 +158,7 @@ class LocalEvaluationBackend:
                                   error=f"worker {worker.name} failed: {type(exc).__name__}: {exc}")
             finally:
                 self._running.pop(index, None)
-            cancelled = verdict.error == "cancelled"
+            cancelled = verdict.code == "cancelled"
             await self._updates.put(CandidateUpdate(
                 job_id=submission.job_id, candidate_id=submission.candidate_id, stage=item.stage,
                 verdict=verdict, worker=worker.name, started_at=started, finished_at=time.time(),
@@ -173,7 +173,7 @@ class LocalEvaluationBackend:
         now = time.time()
         return CandidateUpdate(
             job_id=item.submission.job_id, candidate_id=item.submission.candidate_id,
-            stage=item.stage, verdict=Verdict(stage=item.stage, error=why),
+            stage=item.stage, verdict=Verdict(stage=item.stage, error=why, code="cancelled"),
             started_at=now, finished_at=now, cancelled=True)
 
 

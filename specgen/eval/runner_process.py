@@ -440,6 +440,10 @@ class SparePool:
             runner.wait_ready(self._timeout_s)
         except RunnerError:
             pass          # found out by take(), which starts another
+        except OSError:
+            # The pool was closed (or the runner killed) while this thread waited: its channel's
+            # socket is gone under the read. Nothing to report; a take() would start another.
+            pass
 
     def start(self) -> None:
         with self._lock:

@@ -278,7 +278,8 @@ class JobBook:
         self.counters["requests_dropped"] += 1
         upd = CandidateUpdate(
             job_id=req.key[0], candidate_id=req.submission.candidate_id if req.direct else req.key[1],
-            stage=req.stage, verdict=Verdict(stage=req.stage, error=f"cancelled: {reason}"),
+            stage=req.stage, verdict=Verdict(stage=req.stage, error=f"cancelled: {reason}",
+                                                    code="cancelled"),
             finished_at=self.wall(), cancelled=True)
         if req.direct:
             self._answer_direct(req, upd)

@@ -112,7 +112,8 @@ class ReplayEvaluator:
                    "full": plan.validate_s + (plan.profile_s if plan.correct else 0.0)}[stage]
         start = time.monotonic()
         if self._cancel.wait(seconds / self.speed) if seconds > 0 else self._cancel.is_set():
-            return Verdict(stage=stage, error="cancelled while replaying", flags=["replayed"])
+            return Verdict(stage=stage, error="cancelled while replaying", code="cancelled",
+                           flags=["replayed"])
         elapsed = time.monotonic() - start
         profiled = stage != "validate" and plan.correct
         speedup = plan.speedup if profiled else None

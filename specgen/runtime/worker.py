@@ -163,11 +163,11 @@ class WorkerActor:
             skip = task.request_id in self.cancelled
             self.cancelled.discard(task.request_id)
         if skip:
-            verdict = Verdict(stage=task.stage, error="cancelled before it started")
+            verdict = Verdict(stage=task.stage, error="cancelled before it started", code="cancelled")
         else:
             assert self.evaluator is not None
             verdict = self.evaluator.run(sub, stage=task.stage, run_id=task.request_id)
-        cancelled = bool(verdict.error and verdict.error.startswith("cancelled"))
+        cancelled = verdict.code == "cancelled"
         return CandidateUpdate(
             job_id=sub.job_id, candidate_id=sub.candidate_id, stage=task.stage, verdict=verdict,
             worker=self.config.name, started_at=started, finished_at=time.time(), cancelled=cancelled)

@@ -453,7 +453,7 @@ class Simulation:
         finished = self.clock.wall()
         self.busy.append((peer.decode(), pool, started - WALL0, finished - WALL0, not cancelled))
         if cancelled:
-            verdict = Verdict(stage=work.stage, error="cancelled")
+            verdict = Verdict(stage=work.stage, error="cancelled", code="cancelled")
         else:
             correct = self.correct(sub.candidate_source)
             speedup = (self.service.speedup(sub.problem_name, program_key(sub.candidate_source), self.cfg.seed)

@@ -55,7 +55,7 @@ def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, boo
 def _judged(verdict: Verdict) -> bool:
     """Judged on its outputs here: it built and ran (right, wrong or flagged); one that could not
     build or load on this machine (CUDA on a CPU host, say) or timed out was not."""
-    return bool(verdict.compiled) and "timed out" not in (verdict.error or "")
+    return bool(verdict.compiled) and verdict.code != "timeout"
 
 
 def load_measured(path: Path, config: BenchConfig) -> list[dict[str, Any]]:

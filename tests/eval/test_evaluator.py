@@ -51,7 +51,7 @@ def test_a_hang_times_out_naming_the_setting(strict_worker: EvalWorker) -> None:
     began = time.monotonic()
     verdict = strict_worker.run(submission("softmax", forward_body("time.sleep(600)",
                                                                    "import time")))
-    assert verdict.error == "candidate timed out (EvalOptions.timeout_s = 4 s)"
+    assert verdict.error == "candidate timed out (EvalOptions.timeout_s = 4 s)" and verdict.code == "timeout"
     assert time.monotonic() - began < 30
     assert strict_worker.run(submission("softmax", GOOD), "validate").correct
 
@@ -69,7 +69,7 @@ def test_cancel_kills_the_running_candidate(strict_worker: EvalWorker) -> None:
     began = time.monotonic()
     verdict = strict_worker.run(submission("softmax", hang))
     timer.join()
-    assert verdict.error == "cancelled" and time.monotonic() - began < 3.5
+    assert verdict.error == "cancelled" and verdict.code == "cancelled" and time.monotonic() - began < 3.5
     assert strict_worker.run(submission("softmax", GOOD), "validate").correct
 
 
@@ -79,7 +79,7 @@ def test_a_cancel_by_id_that_comes_before_the_run_is_not_lost(strict_worker: Eva
     strict_worker.cancel("job-a/c1/validate")
     began = time.monotonic()
     verdict = strict_worker.run(submission("softmax", GOOD), "validate", run_id="job-a/c1/validate")
-    assert verdict.error == "cancelled" and time.monotonic() - began < 3.5
+    assert verdict.error == "cancelled" and verdict.code == "cancelled" and time.monotonic() - began < 3.5
     assert strict_worker.run(submission("softmax", GOOD), "validate", run_id="job-a/c2/validate").correct
 
 

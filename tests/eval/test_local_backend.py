@@ -99,7 +99,7 @@ def test_cancel_job_drops_queued_and_stops_running(workers: list[EvalWorker]) ->
     assert took < 60
     for name in ("hang-a", "hang-b", "queued-1", "queued-2"):
         assert len(by_id[name]) == 1 and by_id[name][0].cancelled, by_id[name]
-    assert by_id["hang-a"][0].verdict.error == "cancelled"
+    assert by_id["hang-a"][0].verdict.error == "cancelled" and by_id["hang-a"][0].verdict.code == "cancelled"
     assert by_id["queued-1"][0].verdict.error == "cancelled: job cancelled"
     other = {u.stage: u for u in by_id["other-job"]}
     assert other["validate"].verdict.correct and not other["validate"].cancelled

@@ -196,7 +196,8 @@ def test_cancel_drops_queued_and_stops_running_work(h: Harness) -> None:
     assert ack.count == 3
     assert [m.request_id for _, m in out if isinstance(m, CancelWork)] == [a.request_id]
     dropped = updates(out)
-    assert sorted(u.candidate_id for u in dropped) == ["c1", "c2", "c3"] and all(u.cancelled for u in dropped)
+    assert sorted(u.candidate_id for u in dropped) == ["c1", "c2", "c3"]
+    assert all(u.cancelled and u.verdict.code == "cancelled" for u in dropped)
     # The stopped one answers later: ignored, the worker is free, nothing new is assigned.
     assert h.core.workers[w].busy is not None          # never taken away mid-request
     v = Verdict(stage="validate", error="cancelled")
