@@ -69,3 +69,53 @@ def test_imports_point_down() -> None:
             if RANK[target] >= RANK[own]:
                 wrong.append(f"{path.relative_to(ROOT.parent)}:{line} imports specgen.{target}")
     assert wrong == []
+
+
+def _module_name(path: Path) -> str:
+    parts = ("specgen",) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The specgen modules `path` imports at run time (function-level imports included, the
+    `if TYPE_CHECKING:` block left out: it never runs). `from pkg import sub` names the
+    submodule, not the package's __init__."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found |= subs or ({node.module} & modules)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No file-level import cycle in specgen/: a module's own imports never lead back to it."""
+    paths = {_module_name(p): p for p in sources()}
+    graph = {name: _module_imports(p, set(paths)) - {name} for name, p in paths.items()}
+    cycles = []
+
+    def visit(name: str, trail: list[str], done: set[str]) -> None:
+        for nxt in sorted(graph[name]):
+            if nxt in trail:
+                cycles.append(trail[trail.index(nxt):] + [nxt])
+            elif nxt not in done:
+                visit(nxt, trail + [nxt], done)
+        done.add(name)
+
+    done: set[str] = set()
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name], done)
+    # A package's __init__ re-exporting its modules is not a cycle of theirs.
+    cycles = [c for c in cycles if not any(a.startswith(b + ".") or b.startswith(a + ".")
+                                           for a, b in zip(c, c[1:]))]
+    assert cycles == [], " ; ".join(" -> ".join(c) for c in cycles[:5])
