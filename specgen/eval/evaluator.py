@@ -476,10 +476,10 @@ class EvalWorker:
                            stage_seconds=seconds)
         seconds["spare_wait"] = round(waited, 4)
         self._ready = runner.ready
-        if runner.ready is not None:
-            # how long this runner took from its fork to ready, waited for or not (the simulator
-            # models the waits at load from these)
-            seconds["runner_startup"] = round(runner.ready.startup_s, 4)
+        if runner.startup_s is not None:
+            # how long this runner took from its fork to ready, waited for or not, timed on this
+            # side (the simulator models the waits at load from these)
+            seconds["runner_startup"] = round(runner.startup_s, 4)
         ref_key = None
         ref_timing = None
         if stage != "validate" and self.options.cache_ref_timing:

@@ -212,6 +212,7 @@ class Runner:
         self.template = template
         self.memory_limit_mb = memory_limit_mb
         self.forked_at = time.monotonic()
+        self.ready_at: float | None = None      # when its ready reply came, on this side's clock
         self.init_pid: int | None = None
         self.group: containment.RunGroup | None = None
         self.ready: RunnerReady | None = None
@@ -254,6 +255,12 @@ class Runner:
             raise RunnerError(f"the {self.role} runner could not be put in its control group: "
                               f"{exc}") from None
 
+    @property
+    def startup_s(self) -> float | None:
+        """Fork to ready as the judge saw it (None before it is ready): not the runner's own
+        report, which its process writes."""
+        return None if self.ready_at is None else self.ready_at - self.forked_at
+
     def wait_ready(self, timeout_s: float) -> RunnerReady:
         if self.ready is not None:
             return self.ready
@@ -275,6 +282,7 @@ class Runner:
             raise RunnerError(f"the {self.role} runner was not ready after {timeout_s:.0f} s "
                               f"(EvalOptions.spawn_timeout_s); log: {self.log_tail()}")
         self.ready = received.message
+        self.ready_at = time.monotonic()
         assert self.group is not None
         self.ready_memory = self.group.memory_bytes()
         if self.memory_limit_mb is not None:

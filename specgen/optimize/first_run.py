@@ -200,9 +200,11 @@ def measure_answers(programs: dict[int, str], problem_name: str, problem_source:
                     job_id="", candidate_id=f"answer-{index}", problem_name=problem_name,
                     problem_source=problem_source, candidate_source=program, iteration=index)
                 began = time.monotonic()
-                worker.run(submission, "full")
-                spent = time.monotonic() - began
-                times[index] = spent
+                verdict = worker.run(submission, "full")
+                # A fresh worker's first take may wait for its spare runner, which a running
+                # worker has ready: that wait is not the answer's service time.
+                spent = time.monotonic() - began - verdict.stage_seconds.get("spare_wait", 0.0)
+                times[index] = max(0.0, spent)
     return times
 
 

@@ -50,6 +50,9 @@ class ReplayWriter:
 
     name = ""
 
+    def __init__(self) -> None:
+        self._finals: dict[int, str | None] = {}
+
     def program_at(self, reasoning_so_far: str, reasoning: str, final: str | None) -> str | None:
         """The program a fork writes after `reasoning_so_far` (a prefix of the turn's
         `reasoning`, whose final answer's program is `final`), or None for nothing."""
@@ -57,8 +60,9 @@ class ReplayWriter:
 
     async def write(self, iteration: Iteration, position: int, reasoning_text: str,
                     suffix_text: str) -> str:
-        final = extract_candidate(iteration.final.text, accept_unclosed=True)
-        program = self.program_at(reasoning_text, iteration.reasoning.text, final)
+        if id(iteration) not in self._finals:        # once per turn, not once per fork
+            self._finals[id(iteration)] = extract_candidate(iteration.final.text, accept_unclosed=True)
+        program = self.program_at(reasoning_text, iteration.reasoning.text, self._finals[id(iteration)])
         return as_answer(program) if program else ""
 
 
@@ -73,6 +77,7 @@ class NamedWriter(ReplayWriter):
     name = "named"
 
     def __init__(self) -> None:
+        super().__init__()
         self._named: dict[tuple[int, int], int | None] = {}
 
     def program_at(self, reasoning_so_far: str, reasoning: str, final: str | None) -> str | None:
