@@ -1,11 +1,11 @@
 """The evaluation interface: what the optimize loop needs from whoever evaluates its candidates.
 
-It sits at the bottom with the messages, so that the implementations below the loop (`eval`'s
-in-process one, `runtime`'s over the scheduler) import it without importing the loop.
+It sits at the bottom with the messages, so that its implementation (`runtime`'s, over a
+scheduler) and the loop that uses it import it without importing each other.
 
 The loop never talks to sockets or subprocesses itself: it submits `CandidateSubmission`s and reads
-`CandidateUpdate`s. The runtime's scheduler client implements this over ZeroMQ (one machine or
-many `specgen-node`s); `specgen.eval` provides an in-process implementation for single-process use.
+`CandidateUpdate`s. The runtime's scheduler client implements this, over ZeroMQ (one machine or
+many `specgen-node`s) or to a scheduler core in the same process (runtime/inprocess.py).
 """
 from __future__ import annotations
 

@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO))
 
 from specgen.messages import OptimizeResult, OptimizeSpec  # noqa: E402
 from specgen.optimize.bundled import bundled_problem, bundled_trace  # noqa: E402
-from specgen.optimize.commands import _default_devices, evaluation_backend  # noqa: E402
+from specgen.optimize.commands import _default_devices  # noqa: E402
 from specgen.optimize.loop import run_job  # noqa: E402
+from specgen.runtime.connect import cluster_settings, connect  # noqa: E402
 from specgen.optimize.modes import MODES, Mechanisms  # noqa: E402
 from specgen.optimize.trace_replay import IterationReplayEngine  # noqa: E402
 
@@ -49,10 +50,9 @@ async def run_mode(mode: str, args: argparse.Namespace, devices: list[str],
         problem_source=bundled_problem(args.problem).read_text(), mode=mode,
         max_iterations=args.iterations or len(engine.trace.iterations),
         target_speedup=args.target_speedup, best_of_n=args.best_of)
-    async with evaluation_backend("runtime", devices, elastic=Mechanisms.of(spec).elastic_pools,
-                                  eval_options=eval_options,
-                                  runtime_settings=args.runtime_settings) as backend:
-        return await run_job(spec, engine, backend)
+    settings = cluster_settings(Mechanisms.of(spec).elastic_pools, eval_options, args.runtime_settings)
+    async with connect("local", devices=devices, settings=settings) as cluster:
+        return await run_job(spec, engine, cluster.backend())
 
 
 def remeasure(results: dict[str, OptimizeResult], problem: str, device: str, cache: str,

@@ -4,7 +4,6 @@ Public API:
     evaluate(problem, candidate, device="cpu", options=EvalOptions(...)) -> Verdict
     EvalWorker(device, work_dir, spare_processes=1, options=None): start/run/cancel/close
     EvalOptions, load_problem, load_candidate
-    LocalEvaluationBackend (specgen.eval.local_backend): the optimize loop's in-process backend
 
 Importing this package does not import torch: only runner subprocesses do.
 """

@@ -496,6 +496,13 @@ class EvalWorker:
                       candidate, ref_timing, build, self._cancelled, self._turns)
         try:
             verdict = judge.run(stage)
+        except RunnerError as exc:
+            # A runner that went away under a request sent to it: killed by a cancel, or dead of
+            # what the candidate (or, for the reference's, the problem) did.
+            cancelled = self._cancel_requested
+            verdict = Verdict(error="cancelled" if cancelled else str(exc),
+                              code="cancelled" if cancelled else ("reference" if reference.runner.dead else ""),
+                              cpu_timing=cpu_timing)
         finally:
             self._track(runner, add=False)
             self._track(reference.runner, add=False)

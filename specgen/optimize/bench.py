@@ -196,7 +196,7 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
 
 async def run_bench(config: BenchConfig,
                     on_job_done: Callable[[BenchJobRecord], None] | None = None) -> BenchRun:
-    from specgen.optimize.commands import local_cluster
+    from specgen.runtime.connect import cluster_settings, connect
 
     config.check()
     if config.cache_dir is not None:
@@ -215,9 +215,8 @@ async def run_bench(config: BenchConfig,
     for index, batch in enumerate(batches):
         shift = index % len(config.modes)
         for mode in config.modes[shift:] + config.modes[:shift]:
-            async with local_cluster(config.devices, elastic=mode == "specgen",
-                                     eval_options=config.eval_options,
-                                     runtime_settings=config.runtime_settings) as cluster:
+            settings = cluster_settings(mode == "specgen", config.eval_options, config.runtime_settings)
+            async with connect("local", devices=config.devices, settings=settings) as cluster:
                 began = time.time()
                 # One backend per job: each reads only its own job's updates.
                 jobs = await asyncio.gather(*(_one_job(config, p, mode, cluster.backend(), index)

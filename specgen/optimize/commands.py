@@ -4,10 +4,12 @@ With no problem and no engine it replays the bundled hand-written trace of a bun
 says so, with the fork model and timing model it used (replayed reasoning is paced by the timing
 model; forks write the latest draft before them unless `--fork-model` says otherwise); the kernels in the trace are validated and profiled for real, on the local GPUs if there
 are any, else on CPU workers (Triton under its interpreter, timings labelled CPU timings).
-The command is a client of the actor runtime: it starts a local scheduler and node with its
-workers, submits the job there (a reasoner process runs the loop and its engine) and follows it into
-the run's outputs; `--scheduler ADDR` submits to a running `specgen serve` instead, and
-`--evaluation inprocess` runs the loop here with the single-process evaluation backend.
+The command is a client of the actor runtime, whichever scheduler serves it (runtime/connect.py):
+it starts a local scheduler and node with its workers, submits the job there (a reasoner process
+runs the loop and its engine) and follows it into the run's outputs; `--scheduler ADDR` submits to
+a running `specgen serve` instead, and `--evaluation inprocess` runs the same scheduler core, its
+workers and the job's loop in this process. The run path is one: build the job, connect, submit,
+follow.
 
 The local cluster is supervised (runtime/local.py): a scheduler or node that dies is started again
 and the job goes on from the journal. When it cannot be (setting `cluster_max_restarts`), or the
@@ -20,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shlex
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -245,10 +245,10 @@ def _kv_plan(plan: _Plan, args: argparse.Namespace, devices: list[str]):
 
 def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
     """The engine of this process's run: the same description a scheduler job carries
-    (`_engine_options`), built by the same registry (`engine_kinds`)."""
+    (`_engine_spec`), built by the same registry (`engine_kinds`)."""
     from specgen.optimize.engine_kinds import build_engine
 
-    return build_engine(_engine_options(plan, args), plan.problem_name, where="the engine")
+    return build_engine(_engine_spec(plan, args), plan.problem_name, where="the engine")
 
 
 def _gpu_count() -> int:
@@ -281,71 +281,6 @@ def _devices(args: argparse.Namespace) -> list[str]:
     if not devices:
         raise UsageError("--devices names no device")
     return devices
-
-
-@contextlib.asynccontextmanager
-async def local_cluster(devices: list[str], *, elastic: bool, eval_options: dict[str, Any],
-                        runtime_settings: list[str] = (), kv_control: bool = False,
-                        state_dir: Path | None = None) -> AsyncIterator[Any]:
-    """A scheduler and a node over `devices` on this machine, up for the duration of the block;
-    `cluster.backend()` gives each job a backend of its own (several jobs share the cluster).
-    `state_dir` keeps the scheduler's journal (default: a temporary directory, gone after)."""
-    from specgen.runtime.local import LocalCluster
-    from specgen.runtime.settings import RuntimeSettings
-
-    settings = RuntimeSettings(pool_mode="elastic" if elastic else "static",
-                               eval_options=dict(eval_options))
-    settings = settings.with_overrides(list(runtime_settings))
-    cluster = LocalCluster(devices=devices, settings=settings, kv_control=kv_control,
-                           state_dir=state_dir, supervise=True)
-    await asyncio.to_thread(cluster.start)
-    try:
-        yield cluster
-    finally:
-        await asyncio.to_thread(cluster.stop)
-
-
-@contextlib.asynccontextmanager
-async def evaluation_backend(kind: str, devices: list[str], *, elastic: bool,
-                             eval_options: dict[str, Any], runtime_settings: list[str] = (),
-                             on_kv_control: Callable[[str | None], None] | None = None,
-                             state_dir: Path | None = None) -> AsyncIterator[Any]:
-    """An EvaluationBackend over `devices`, up for the duration of the block.
-
-    `runtime_settings` are `NAME=VALUE` overrides of the local runtime's settings. With
-    `on_kv_control`, the scheduler opens its KV pools' control channel and the callback gets its
-    endpoint before the block runs (None for in-process evaluation: no scheduler). `state_dir`:
-    where the local scheduler keeps its journal (in-process evaluation has none)."""
-    if kind == "runtime":
-        async with local_cluster(devices, elastic=elastic, eval_options=eval_options,
-                                 runtime_settings=runtime_settings,
-                                 kv_control=on_kv_control is not None,
-                                 state_dir=state_dir) as cluster:
-            if on_kv_control is not None:
-                on_kv_control(cluster.kv_control_endpoint)
-            yield cluster.backend()
-        return
-    if on_kv_control is not None:
-        on_kv_control(None)
-    from specgen.eval.evaluator import EvalWorker
-    from specgen.eval.local_backend import LocalEvaluationBackend
-    from specgen.eval.options import EvalOptions
-
-    with tempfile.TemporaryDirectory(prefix="specgen-optimize-") as scratch:
-        workers = [EvalWorker(device=device, work_dir=Path(scratch) / f"worker{i}",
-                              options=EvalOptions(**eval_options), name=f"inprocess/{device}#{i}")
-                   for i, device in enumerate(devices)]
-        try:
-            for worker in workers:
-                await asyncio.to_thread(worker.start)
-            backend = LocalEvaluationBackend(workers)
-            try:
-                yield backend
-            finally:
-                await backend.close()
-        finally:
-            for worker in workers:
-                worker.close()
 
 
 # ---------------------------------------------------------------------------------- running
@@ -422,15 +357,18 @@ def _resumed_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Optimiz
 
 
 def run_optimize(args: argparse.Namespace) -> int:
+    """Build the job, connect to its scheduler (runtime/connect.py: --scheduler's, a local one, or
+    one in this process), submit, follow."""
     from specgen.messages import OptimizeEvent
-    from specgen.optimize.loop import run_job
     from specgen.optimize.modes import Mechanisms, check_spec
     from specgen.optimize.outputs import (
-        JOURNAL_DIR, SCHEDULER_STATE, LoopJournal, ResumedRun, RunWriter, check_out_dir,
-        clear_run_files, write_run_settings,
+        JOURNAL_DIR, SCHEDULER_STATE, ResumedRun, RunWriter, check_out_dir, clear_run_files,
+        write_run_settings,
     )
     from specgen.optimize.progress import ProgressDisplay
-    from specgen.runtime.transport import RuntimeFailure
+    from specgen.runtime.connect import cluster_settings, connect
+    from specgen.runtime.settings import RuntimeSettings
+    from specgen.runtime.transport import RuntimeFailure, SchedulerUnreachable
 
     resumed_spec = None
     if args.resume:
@@ -445,6 +383,108 @@ def run_optimize(args: argparse.Namespace) -> int:
         # vLLM runs on cuda:0: it evaluates only when asked for (--devices), so that profiling
         # timings never share a GPU with the reasoning
         devices = devices[1:]
+    eval_options = _eval_options(args)
+    overrides = list(args.runtime_settings or [])
+    if overrides:
+        RuntimeSettings().with_overrides(overrides)
+    if args.out and not args.resume:
+        check_out_dir(Path(args.out), args.force)   # before an engine loads a model
+    kind = "remote" if args.scheduler else ("inprocess" if args.evaluation == "inprocess" else "local")
+    if kind == "remote":
+        _check_remote_flags(args, eval_options)
+    # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
+    kv_plan = _kv_plan(plan, args, devices)
+    # The loop runs as the job's reasoner, which makes its own engine; a replayed trace is opened
+    # here too, to check it and count its iterations.
+    engine = _make_engine(plan, args) if plan.llm == "replay" else None
+    spec = resumed_spec if resumed_spec is not None else _spec(plan, args, engine)
+    check_spec(spec)
+
+    out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
+    if not args.resume:
+        check_out_dir(out_dir, args.force)
+        if args.force:
+            clear_run_files(out_dir)   # one folder, one run: nothing of the earlier one stays
+        write_run_settings(out_dir, _saved_options(args), spec)
+    state_dir = out_dir / JOURNAL_DIR / SCHEDULER_STATE
+    # The job replays its whole event stream to its follower: the file starts afresh.
+    writer = RunWriter(out_dir, append=False)
+    display = None if args.quiet else ProgressDisplay(sys.stderr)
+    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    if plan.notice:
+        say(plan.notice)
+    if args.resume:
+        # The job's reasoner journals the loop in the job's folder of the run's scheduler state.
+        resume = ResumedRun.read(state_dir / "jobs" / spec.job_id)
+        say(f"Resuming {spec.job_id} in {out_dir}: {len(resume.iterations)} iteration(s) done, "
+            f"{len(resume.candidates)} candidate(s) and {len(resume.updates)} verdict(s) "
+            f"journaled; iteration {len(resume.iterations) + 1} runs again from its start, "
+            f"and the wall-time budget starts again.")
+    if kind != "remote":
+        on_cpu = all(d == "cpu" for d in devices)
+        say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
+            + (" (CPU: C++ kernels run natively, Triton under its interpreter; timings are CPU "
+               "timings)" if on_cpu else ""))
+
+    def emit(event: OptimizeEvent) -> None:
+        writer(event)
+        if display is not None:
+            display(event)
+
+    async def follow() -> OptimizeResult:
+        settings = (RuntimeSettings().with_overrides(overrides) if kind == "remote" else
+                    cluster_settings(Mechanisms.of(spec).elastic_pools, eval_options, overrides))
+        async with connect(kind, address=args.scheduler, keys=args.keys, devices=devices,
+                           settings=settings, state_dir=state_dir,
+                           kv_control=kv_plan.on and kind == "local") as cluster:
+            live = None
+            if kv_plan.on and display is not None and cluster.kv_control_endpoint:
+                from specgen.optimize.kv_pool import LiveKvStats
+
+                live = display.kv_pool = LiveKvStats(cluster, None)
+            try:
+                return await asyncio.to_thread(_follow, cluster.client, args, plan, spec, emit, say,
+                                               existing=bool(args.resume),
+                                               where=cluster.where if kind == "remote" else "")
+            except SchedulerUnreachable as exc:
+                if kind != "remote":
+                    raise _resumable(cluster, exc, out_dir) from None
+                # Raised by the wait on the job's events or result: the scheduler had taken the job.
+                raise SchedulerUnreachable(f"{exc}; job {spec.job_id} stays in that scheduler's journal "
+                                           f"and goes on when it is back") from None
+            except RuntimeFailure as exc:
+                if kind == "remote":
+                    raise
+                raise _resumable(cluster, exc, out_dir) from None
+            finally:
+                if live is not None:
+                    display.kv_pool = None
+                    live.close()
+
+    try:
+        result = asyncio.run(follow())
+    finally:
+        writer.close()
+        if display is not None:
+            display.close()
+    written = writer.finish(result)
+    _summary(result, written, say if not args.quiet else (lambda text: print(text)))
+    _closing_screen(result, written, plan, args, devices, eval_options, say,
+                    sys.stdout if args.quiet else sys.stderr)
+    return 0 if result.status != "failed" else 1
+
+
+def _resumable(cluster: Any, exc: Exception, out_dir: Path) -> Exception:
+    """The failure of a cluster this command started: the job is journaled in the run's folder,
+    so say what stopped it, and how to go on."""
+    from specgen.runtime.transport import RuntimeFailure
+
+    return RuntimeFailure(f"{cluster.failure or exc}; continue the run with: specgen "
+                          f"optimize --resume {shlex.quote(str(out_dir))}")
+
+
+def _eval_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The evaluation options the command line sets (EvalOptions' field names), checked."""
     eval_options: dict[str, Any] = {}
     for flag, least in (("trials", 1), ("timing_trials", 2)):
         value = getattr(args, flag)
@@ -457,189 +497,45 @@ def run_optimize(args: argparse.Namespace) -> int:
         if not eval_timeout > 0:
             raise UsageError(f"--eval-timeout must be more than 0 seconds, got {eval_timeout}")
         eval_options["timeout_s"] = eval_timeout
-    if args.runtime_settings:
-        from specgen.runtime.settings import RuntimeSettings
-
-        RuntimeSettings().with_overrides(args.runtime_settings)
-    if args.out and not args.resume:
-        check_out_dir(Path(args.out), args.force)   # before an engine loads a model
-    if args.scheduler:
-        names = [pair.partition("=")[0] for pair in args.runtime_settings]
-        cluster_settings = [name for name in names if name not in CONNECTION_SETTINGS]
-        evaluation_flags = [f for f, key in (("--trials", "trials"), ("--timing-trials", "timing_trials"),
-                                             ("--eval-timeout", "timeout_s")) if key in eval_options]
-        for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
-                            (f"--set {', '.join(cluster_settings)}", cluster_settings),
-                            (" and ".join(evaluation_flags), evaluation_flags)):
-            if given:
-                raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
-                                 f"nodes decide where and how evaluations run (--set takes only this "
-                                 f"command's connection settings there: {', '.join(CONNECTION_SETTINGS)}; "
-                                 f"a node's evaluation options are its own `--set eval_options=...`)")
-    # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
-    kv_plan = _kv_plan(plan, args, devices)
-    # The job runs in a reasoner (of the embedded cluster, or of --scheduler's) unless evaluation is
-    # in this process; a reasoner makes its own engine, and only a replayed trace is opened here
-    # too, for its number of iterations.
-    in_reasoner = bool(args.scheduler) or args.evaluation != "inprocess"
-    engine = None if in_reasoner and plan.llm != "replay" else _make_engine(plan, args)
-    spec = resumed_spec if resumed_spec is not None else _spec(plan, args, engine)
-    check_spec(spec)
-
-    out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
-    if not args.resume:
-        check_out_dir(out_dir, args.force)
-        if args.force:
-            clear_run_files(out_dir)   # one folder, one run: nothing of the earlier one stays
-        write_run_settings(out_dir, _saved_options(args), spec)
-    # A job in a reasoner replays its whole event stream to its follower: the file starts afresh.
-    writer = RunWriter(out_dir, append=bool(args.resume) and not in_reasoner)
-    display = None if args.quiet else ProgressDisplay(sys.stderr)
-    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
-    if plan.notice:
-        say(plan.notice)
-    resume = None
-    if args.resume:
-        # The embedded cluster's reasoner journals the loop in the job's folder of the run's
-        # scheduler state; the in-process loop journals in the run's own folder.
-        resume = ResumedRun.read(out_dir / JOURNAL_DIR / SCHEDULER_STATE / "jobs" / spec.job_id
-                                 if in_reasoner else out_dir)
-        say(f"Resuming {spec.job_id} in {out_dir}: {len(resume.iterations)} iteration(s) done, "
-            f"{len(resume.candidates)} candidate(s) and {len(resume.updates)} verdict(s) "
-            f"journaled; iteration {len(resume.iterations) + 1} runs again from its start, "
-            f"and the wall-time budget starts again.")
-
-    def emit(event: OptimizeEvent) -> None:
-        writer(event)
-        if display is not None:
-            display(event)
-
-    def finish(run: Callable[[], OptimizeResult]) -> int:
-        try:
-            result = run()
-        finally:
-            writer.close()
-            journal.close()
-            if display is not None:
-                display.close()
-        written = writer.finish(result)
-        _summary(result, written, say if not args.quiet else (lambda text: print(text)))
-        _closing_screen(result, written, plan, args, devices, eval_options, say,
-                        sys.stdout if args.quiet else sys.stderr)
-        return 0 if result.status != "failed" else 1
-
-    journal = LoopJournal(out_dir)
-    if args.scheduler:
-        journal.close()   # the scheduler's journal holds this job
-        return finish(lambda: _submit(args, plan, spec, emit, say))
-    on_cpu = all(d == "cpu" for d in devices)
-    say(f"Evaluating on {len(devices)} worker(s): {', '.join(devices)}"
-        + (" (CPU: C++ kernels run natively, Triton under its interpreter; timings are CPU "
-           "timings)" if on_cpu else ""))
-    if in_reasoner:
-        journal.close()   # the job's reasoner journals the loop in the cluster's state
-
-        async def in_cluster() -> OptimizeResult:
-            async with local_cluster(devices, elastic=Mechanisms.of(spec).elastic_pools,
-                                     eval_options=eval_options, runtime_settings=args.runtime_settings or [],
-                                     kv_control=kv_plan.on, state_dir=out_dir / JOURNAL_DIR / SCHEDULER_STATE,
-                                     ) as cluster:
-                live = None
-                if kv_plan.on and display is not None:
-                    from specgen.optimize.kv_pool import LiveKvStats
-
-                    live = display.kv_pool = LiveKvStats(cluster, None)
-                try:
-                    return await asyncio.to_thread(_follow, cluster.client, args, plan, spec, emit, say,
-                                                   existing=bool(args.resume))
-                except RuntimeFailure as exc:
-                    # The job is journaled in the run's folder: say what stopped it, and how to go on.
-                    raise RuntimeFailure(f"{cluster.failure or exc}; continue the run with: specgen "
-                                         f"optimize --resume {shlex.quote(str(out_dir))}") from None
-                finally:
-                    if live is not None:
-                        display.kv_pool = None
-                        live.close()
-
-        return finish(lambda: asyncio.run(in_cluster()))
-
-    async def main() -> OptimizeResult:
-        elastic = Mechanisms.of(spec).elastic_pools
-        pool_id = ""
-
-        def attach_kv_pool(endpoint: str | None) -> None:
-            nonlocal pool_id
-            from specgen.optimize import kv_pool
-
-            notice, pool_id = kv_pool.attach(engine, kv_plan, endpoint)
-            say(notice)
-
-        async with evaluation_backend(args.evaluation, devices, elastic=elastic,
-                                      eval_options=eval_options,
-                                      runtime_settings=args.runtime_settings,
-                                      on_kv_control=attach_kv_pool if kv_plan.on else None,
-                                      state_dir=out_dir / JOURNAL_DIR / SCHEDULER_STATE,
-                                      ) as backend:
-            live = None
-            if pool_id and display is not None:
-                from specgen.optimize.kv_pool import LiveKvStats
-
-                live = LiveKvStats(backend, pool_id)
-                display.kv_pool = live
-            try:
-                result = await run_job(spec, engine, backend, emit, journal=journal, resume=resume)
-                if pool_id:
-                    from specgen.optimize.kv_pool import final_stats
-
-                    result.kv_pool = await asyncio.to_thread(final_stats, backend, pool_id, settle_s=0.3)
-                return result
-            finally:
-                if live is not None:
-                    display.kv_pool = None
-                    live.close()
-                await engine.close()
-
-    return finish(lambda: asyncio.run(main()))
+    return eval_options
 
 
-def _engine_options(plan: _Plan, args: argparse.Namespace) -> dict[str, Any]:
-    """The job's `options["engine"]` (optimize/job.py): what its reasoner generates with. Paths
-    are read where the scheduler runs the reasoner."""
+def _check_remote_flags(args: argparse.Namespace, eval_options: dict[str, Any]) -> None:
+    """What --scheduler cannot go with: the cluster's scheduler and nodes decide where and how
+    evaluations run."""
+    names = [pair.partition("=")[0] for pair in args.runtime_settings]
+    cluster_settings = [name for name in names if name not in CONNECTION_SETTINGS]
+    evaluation_flags = [f for f, key in (("--trials", "trials"), ("--timing-trials", "timing_trials"),
+                                         ("--eval-timeout", "timeout_s")) if key in eval_options]
+    for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
+                        (f"--set {', '.join(cluster_settings)}", cluster_settings),
+                        (" and ".join(evaluation_flags), evaluation_flags)):
+        if given:
+            raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
+                             f"nodes decide where and how evaluations run (--set takes only this "
+                             f"command's connection settings there: {', '.join(CONNECTION_SETTINGS)}; "
+                             f"a node's evaluation options are its own `--set eval_options=...`)")
+
+
+def _engine_spec(plan: _Plan, args: argparse.Namespace) -> Any:
+    """The job's engine (an `engine_kinds.EngineSpec`, its `options["engine"]`): what its
+    reasoner generates with. Paths are read where the scheduler runs the reasoner."""
+    from specgen.optimize.engine_kinds import engine_spec
+
     if plan.llm == "replay":
         assert plan.trace_path is not None
-        options = {"llm": "replay", "trace": str(plan.trace_path.resolve()), "speed": args.speed,
-                   "fork_model": args.fork_model, "timing": list(args.timing or [])}
+        raw = {"trace": str(plan.trace_path.resolve()), "speed": args.speed,
+               "fork_model": args.fork_model, "timing": list(args.timing or [])}
     elif plan.llm == "vllm":
-        options = {"llm": "vllm", "model": str(Path(args.model).resolve()), "kv_pool": args.kv_pool,
-                   "kv_pool_gib": args.kv_pool_gib}
+        raw = {"model": str(Path(args.model).resolve()), "kv_pool": args.kv_pool,
+               "kv_pool_gib": args.kv_pool_gib}
     else:
-        # Any other registered engine (openai among them): the flags it has keys for.
+        # Any other registered engine (openai among them): the flags its spec has fields for.
         given = {"base_url": args.base_url, "model": args.model}
-        options = {"llm": plan.llm, **{k: v for k, v in given.items()
-                                       if v is not None and k in ENGINES[plan.llm].keys}}
+        raw = {k: v for k, v in given.items() if v is not None and k in ENGINES[plan.llm].keys}
     if args.tokenizer:
-        options["tokenizer"] = args.tokenizer
-    return options
-
-
-def _submit(args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
-            emit: Callable[[Any], None], say: Callable[[str], None]) -> OptimizeResult:
-    """Run the job on a running `specgen serve` (its reasoner and evaluations run in the cluster)
-    and follow it: a Ctrl-C here cancels the job; a crash of this process leaves it running
-    there, and its events and result stay in the scheduler's journal; a scheduler silent for the
-    setting scheduler_timeout_s ends the following, not the job."""
-    from specgen.runtime.client import Client
-    from specgen.runtime.settings import RuntimeSettings
-    from specgen.runtime.transport import SchedulerUnreachable
-
-    settings = RuntimeSettings().with_overrides(list(args.runtime_settings or []))
-    with Client(args.scheduler, keys=args.keys, settings=settings) as client:
-        try:
-            return _follow(client, args, plan, spec, emit, say, where=f"the scheduler at {args.scheduler}")
-        except SchedulerUnreachable as exc:
-            # Raised by the wait on the job's events or result: the scheduler had taken the job.
-            raise SchedulerUnreachable(f"{exc}; job {spec.job_id} stays in that scheduler's journal "
-                                       f"and goes on when it is back") from None
+        raw["tokenizer"] = args.tokenizer
+    return engine_spec({"llm": plan.llm, **raw}, where="the engine")
 
 
 def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
@@ -660,7 +556,7 @@ def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSp
         options = msgspec.to_builtins(spec)
         for key in ("job_id", "problem_name", "problem_source"):
             options.pop(key, None)
-        options[ENGINE_OPTION] = _engine_options(plan, args)
+        options[ENGINE_OPTION] = msgspec.to_builtins(_engine_spec(plan, args))
         # The loop ends itself at its time budget; the scheduler's deadline (plus job_grace_s)
         # stops a job whose reasoner does not.
         job = client.submit(JobSpec(job_id=spec.job_id, problem_name=spec.problem_name,

@@ -108,7 +108,7 @@ def engine_from_options(options: dict[str, Any], problem_name: str) -> Engine:
     checked and built by the registry in `engine_kinds`)."""
     from specgen.optimize.engine_kinds import build_engine
 
-    return build_engine(options.get(ENGINE_OPTION) or {"llm": "replay"}, problem_name,
+    return build_engine(options.get(ENGINE_OPTION) or {}, problem_name,
                         where=f"options[{ENGINE_OPTION!r}]")
 
 
@@ -129,9 +129,13 @@ async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
     from specgen.optimize.loop import run_job
     from specgen.optimize.outputs import LoopJournal, ResumedRun
 
+    from specgen.optimize.engine_kinds import VllmSpec, engine_spec
+
     spec = optimize_spec_from_job(job)
-    engine = engine_from_options(job.options, job.problem_name)
-    raw = job.options.get(ENGINE_OPTION) or {}
+    from specgen.optimize.engine_kinds import build_engine
+
+    described = engine_spec(job.options.get(ENGINE_OPTION) or {}, where=f"options[{ENGINE_OPTION!r}]")
+    engine = build_engine(described, job.problem_name)
     pool_id = ""
     journal = resume = None
     if run_dir is not None:
@@ -139,10 +143,9 @@ async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
         resume = earlier if (earlier.candidates or earlier.iterations) else None
         journal = LoopJournal(run_dir)
     try:
-        if raw.get("llm") == "vllm":
+        if isinstance(described, VllmSpec):
             notice, pool_id = await asyncio.to_thread(
-                kv_pool.attach_in_cluster, engine, backend, raw.get("kv_pool", "auto"),
-                float(raw.get("kv_pool_gib", kv_pool.DEFAULT_POOL_GIB)))
+                kv_pool.attach_in_cluster, engine, backend, described.kv_pool, described.kv_pool_gib)
             logging.getLogger("specgen.optimize.job").info("job %s: %s", job.job_id, notice)
             emit(JobEvent(job_id=job.job_id, kind=NOTICE_EVENT, t=time.time(), data={"text": notice}))
         result = await run_job(spec, engine, backend, lambda event: emit(job_event(event)),

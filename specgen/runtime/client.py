@@ -138,10 +138,13 @@ class Client:
         connect_timeout_s: float | None = None,
         client_token: str | None = None,
         join_secret: bytes | None = None,
+        connection: Callable[..., PeerConnection] = PeerConnection,
     ) -> None:
         """`client_token`: without CURVE, what this client's jobs belong to (default: a new
         random one; see `client_token`). `join_secret`: the cluster's, to register as its admin
-        (AuthenticationFailed if the scheduler's is another)."""
+        (AuthenticationFailed if the scheduler's is another). `connection` makes the connection to
+        the scheduler, called as PeerConnection is (runtime/inprocess.py has one to a scheduler
+        core in this process)."""
         if isinstance(keys, (str, Path)):
             keys = load_client_keys(Path(keys))
         require_keys_for(address, keys, "keys=")
@@ -162,7 +165,7 @@ class Client:
         self.client_token = client_token or new_client_token()
         name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         hello = {"client_token": self.client_token} if role == "client" else {}
-        self.conn = PeerConnection(
+        self.conn = connection(
             address, role, name, self.settings, keys, on_message=self._on_message,
             on_reconnect=self._on_reconnect, hello_fields=lambda: hello,
             credential=admin_credential(join_secret, name) if join_secret is not None else None)

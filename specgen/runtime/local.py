@@ -56,6 +56,8 @@ from specgen.runtime.transport import RuntimeFailure
 
 
 class LocalCluster:
+    where = "this machine's scheduler"
+
     def __init__(
         self,
         workers: int | None = None,

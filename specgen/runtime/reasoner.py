@@ -83,10 +83,32 @@ async def run_entry(spec: JobSpec, client: Client, run_dir: Path | None = None) 
     return as_job_result(spec.job_id, value)
 
 
+async def serve_job(client: Client, job_id: str, run_dir: Path | None = None,
+                    stopped: Callable[[], bool] = lambda: False) -> int:
+    """Run job `job_id`'s entry as its reasoner and report how it ended. Cancelled with
+    `stopped()` true (the scheduler stopped it: the job was cancelled or timed out, or the cluster
+    is shutting down), it reports nothing: the scheduler has decided the job's end, or resumes it."""
+    spec = await asyncio.to_thread(client.job_spec, job_id)
+    try:
+        result = await run_entry(spec, client, run_dir)
+    except asyncio.CancelledError:
+        if stopped():
+            log.info("job %s: stopped by the scheduler", job_id)
+            return 0
+        result = JobResult(job_id=job_id, status="cancelled", error="the job's loop was cancelled")
+    except Exception as exc:  # noqa: BLE001 - the job failed, the reasoner reports it
+        tb = traceback.format_exc()
+        log.error("job %s failed:\n%s", job_id, tb)
+        lines = tb.strip().splitlines()
+        result = JobResult(job_id=job_id, status="failed",
+                           error=f"{type(exc).__name__}: {exc}\n" + "\n".join(lines[-8:]))
+    await asyncio.to_thread(client.report_result, result)
+    return 0
+
+
 async def _main_async(client: Client, job_id: str, run_dir: Path | None = None) -> int:
     loop = asyncio.get_running_loop()
-    spec = client.job_spec(job_id)
-    task = asyncio.ensure_future(run_entry(spec, client, run_dir))
+    task = asyncio.ensure_future(serve_job(client, job_id, run_dir, stopped=lambda: terminated))
     terminated = False
 
     def on_term() -> None:
@@ -97,20 +119,11 @@ async def _main_async(client: Client, job_id: str, run_dir: Path | None = None) 
     loop.add_signal_handler(signal.SIGTERM, on_term)
     loop.add_signal_handler(signal.SIGINT, on_term)
     try:
-        result = await task
+        return await task
     except asyncio.CancelledError:
-        if terminated:
-            log.info("job %s: stopped by the scheduler", job_id)
-            return 0
-        result = JobResult(job_id=job_id, status="cancelled", error="the job's loop was cancelled")
-    except Exception as exc:  # noqa: BLE001 - the job failed, the reasoner reports it
-        tb = traceback.format_exc()
-        log.error("job %s failed:\n%s", job_id, tb)
-        lines = tb.strip().splitlines()
-        result = JobResult(job_id=job_id, status="failed",
-                           error=f"{type(exc).__name__}: {exc}\n" + "\n".join(lines[-8:]))
-    client.report_result(result)
-    return 0
+        # Cancelled before its entry started (still fetching the spec).
+        log.info("job %s: stopped by the scheduler", job_id)
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,6 +87,21 @@ def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluato
     raise ValueError(f"unknown evaluator {config.evaluator!r}: 'eval', 'replay' or 'replay:PATH'")
 
 
+def run_assignment(evaluator: Evaluator, task: AssignWork, worker: str, *, skip: bool = False,
+                   started: float | None = None) -> CandidateUpdate:
+    """Run one assignment on `evaluator` (`skip`: it was cancelled before it started) and make
+    the update that reports it, as `worker`."""
+    sub = task.submission
+    started = time.time() if started is None else started
+    if skip:
+        verdict = Verdict(stage=task.stage, error="cancelled before it started", code="cancelled")
+    else:
+        verdict = evaluator.run(sub, stage=task.stage, run_id=task.request_id)
+    return CandidateUpdate(
+        job_id=sub.job_id, candidate_id=sub.candidate_id, stage=task.stage, verdict=verdict,
+        worker=worker, started_at=started, finished_at=time.time(), cancelled=verdict.code == "cancelled")
+
+
 class WorkerActor:
     def __init__(self, config: WorkerConfig, settings: RuntimeSettings, keys: ClientKeys | None = None) -> None:
         self.config = config
@@ -156,21 +171,13 @@ class WorkerActor:
         self.conn.wake()
 
     def run_one(self, task: AssignWork) -> CandidateUpdate:
-        sub = task.submission
         started = time.time()
         with self._lock:
             self.current = task
             skip = task.request_id in self.cancelled
             self.cancelled.discard(task.request_id)
-        if skip:
-            verdict = Verdict(stage=task.stage, error="cancelled before it started", code="cancelled")
-        else:
-            assert self.evaluator is not None
-            verdict = self.evaluator.run(sub, stage=task.stage, run_id=task.request_id)
-        cancelled = verdict.code == "cancelled"
-        return CandidateUpdate(
-            job_id=sub.job_id, candidate_id=sub.candidate_id, stage=task.stage, verdict=verdict,
-            worker=self.config.name, started_at=started, finished_at=time.time(), cancelled=cancelled)
+        assert self.evaluator is not None
+        return run_assignment(self.evaluator, task, self.config.name, skip=skip, started=started)
 
     def serve(self) -> None:
         self.evaluator = build_evaluator(self.config, self.settings)

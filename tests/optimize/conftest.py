@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from specgen.backend import EvaluationBackend
 from specgen.eval.evaluator import EvalWorker
-from specgen.eval.local_backend import LocalEvaluationBackend
 from specgen.eval.options import EvalOptions
+from specgen.runtime.inprocess import InProcessCluster
 
 DATA = Path(__file__).resolve().parents[2] / "specgen" / "data"
 PROBLEMS = DATA / "problems"
@@ -48,13 +49,11 @@ def tiny_model_path() -> str:
 
 
 @contextlib.asynccontextmanager
-async def local_backend(workers: list[EvalWorker]) -> AsyncIterator[LocalEvaluationBackend]:
-    """A fresh backend (bound to the running loop) over the session's workers."""
-    backend = LocalEvaluationBackend(workers)
-    try:
-        yield backend
-    finally:
-        await backend.close()
+async def local_backend(workers: list[EvalWorker]) -> AsyncIterator[EvaluationBackend]:
+    """A backend over the session's workers, through a scheduler core in this process (bound to
+    the running loop): what a job's loop gets in every cluster."""
+    async with InProcessCluster(evaluators=workers) as cluster:
+        yield cluster.backend()
 
 
 def run(coro):

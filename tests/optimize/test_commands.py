@@ -1,6 +1,7 @@
 """`specgen optimize` end to end: the bundled example through the actor runtime, and bad input."""
 from __future__ import annotations
 
+import contextlib
 import json
 import stat
 
@@ -191,47 +192,58 @@ class _Captured(Exception):
     pass
 
 
+def _capture_connect(monkeypatch, seen: dict, submitted: list) -> None:
+    """`connect` records what the run asks of its scheduler, and the JobSpec it submits."""
+    from specgen.runtime import connect as connect_module
+
+    class Cluster:
+        where, failure, kv_control_endpoint = "a captured scheduler", None, None
+
+        class client:   # noqa: N801 - stands where the Client is
+            @staticmethod
+            def submit(spec):
+                submitted.append(spec)
+                raise _Captured
+
+    @contextlib.asynccontextmanager
+    async def capture(kind, **kwargs):
+        seen.update(kind=kind, **kwargs)
+        yield Cluster()
+
+    monkeypatch.setattr(connect_module, "connect", capture)
+
+
 @pytest.mark.parametrize("evaluation", ["runtime", "inprocess"])
 def test_evaluation_flags_reach_the_evaluation_options(evaluation: str, tmp_path, monkeypatch) -> None:
-    # What the workers are built with, on both local paths, under the options' own names.
-    from specgen.optimize import commands
-
+    # What the cluster's workers are built with (runtime/worker.py build_evaluator reads the
+    # settings' eval_options), on both local kinds, under the options' own names.
     seen: dict = {}
-
-    def capture(*args, **kwargs):
-        seen.update(kwargs.get("eval_options") or {})
-        raise _Captured
-
-    monkeypatch.setattr(commands, "local_cluster" if evaluation == "runtime" else "evaluation_backend", capture)
+    _capture_connect(monkeypatch, seen, [])
     with pytest.raises(_Captured):
         main(["optimize", "--evaluation", evaluation, "--devices", "cpu", "--trials", "3",
               "--timing-trials", "7", "--eval-timeout", "42", "--quiet", "--out", str(tmp_path / "o")])
-    assert seen == {"trials": 3, "timing_trials": 7, "timeout_s": 42.0}
+    assert seen["kind"] == ("local" if evaluation == "runtime" else "inprocess")
+    assert seen["settings"].eval_options == {"trials": 3, "timing_trials": 7, "timeout_s": 42.0}
 
 
-def test_the_time_budget_is_the_scheduler_jobs_wall_time(tmp_path, monkeypatch) -> None:
-    # With --scheduler the scheduler's own deadline backs the loop's budget (the job's wall time).
-    from specgen.runtime import client as client_module
+def test_an_inprocess_clusters_workers_take_the_evaluation_options() -> None:
+    from specgen.runtime.connect import cluster_settings
+    from specgen.runtime.inprocess import InProcessCluster
 
-    submitted = []
+    settings = cluster_settings(True, {"trials": 3, "timing_trials": 7, "timeout_s": 42.0}, ["spare_processes=0"])
+    with InProcessCluster(["cpu"], settings=settings) as cluster:
+        (worker,) = cluster._owned
+        assert (worker.options.trials, worker.options.timing_trials, worker.options.timeout_s) == (3, 7, 42.0)
 
-    class FakeClient:
-        def __init__(self, *args, **kwargs) -> None:
-            pass
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            return None
-
-        def submit(self, spec):
-            submitted.append(spec)
-            raise _Captured
-
-    monkeypatch.setattr(client_module, "Client", FakeClient)
+@pytest.mark.parametrize("where", [["--evaluation", "runtime"], ["--evaluation", "inprocess"],
+                                   ["--scheduler", "tcp://127.0.0.1:9"]])
+def test_the_time_budget_is_the_scheduler_jobs_wall_time(where, tmp_path, monkeypatch) -> None:
+    # Every kind of scheduler backs the loop's budget with its own deadline (the job's wall time).
+    submitted: list = []
+    _capture_connect(monkeypatch, {}, submitted)
     with pytest.raises(_Captured):
-        main(["optimize", "--scheduler", "tcp://127.0.0.1:9", "--time-budget", "90", "--quiet",
-              "--out", str(tmp_path / "o")])
+        main(["optimize", *where, "--time-budget", "90", "--quiet", "--out", str(tmp_path / "o")])
     assert submitted[0].wall_time_s == 90.0
     assert submitted[0].options["time_budget_s"] == 90.0
+

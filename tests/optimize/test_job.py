@@ -61,7 +61,7 @@ def test_engine_options_are_checked() -> None:
 
     with pytest.raises(UsageError, match="must be one of"):
         engine_from_options({"engine": {"llm": "gpt"}}, "fused_elementwise")
-    with pytest.raises(UsageError, match="unknown key"):
+    with pytest.raises(UsageError, match="unknown field `speeed`"):
         engine_from_options({"engine": {"llm": "replay", "speeed": 2}}, "fused_elementwise")
     with pytest.raises(UsageError, match="needs base_url, model, tokenizer"):
         engine_from_options({"engine": {"llm": "openai"}}, "fused_elementwise")

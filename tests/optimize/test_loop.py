@@ -308,39 +308,34 @@ def test_termination_cancels_forks_and_evaluations_in_flight(eval_workers) -> No
     seen: dict[str, object] = {}
 
     async def go():
-        from specgen.eval.local_backend import LocalEvaluationBackend
+        async with local_backend(eval_workers) as backend:
+            job = OptimizeJob(spec, engine, backend)
 
-        backend = LocalEvaluationBackend(eval_workers)
-        job = OptimizeJob(spec, engine, backend)
+            def profiling_for_a_second() -> bool:
+                # A profile that has really started (not one handed to a worker this instant).
+                return any(c.status == "pending" and c.validation is not None
+                           and c.validation.finished_at < time.time() - 1.0
+                           for c in job.candidates.values())
 
-        def profiling_for_a_second() -> bool:
-            # A profile that has really started (not one handed to a worker this instant).
-            return any(c.status == "pending" and c.validation is not None
-                       and c.validation.finished_at < time.time() - 1.0
-                       for c in job.candidates.values())
+            def watch(event) -> None:
+                p = event.progress
+                if p and p.forks_running and p.validating and profiling_for_a_second() \
+                        and "at" not in seen:
+                    seen["at"] = p
+                    job.cancel("test: everything in flight")
+                elif event.kind == "reasoning_finished":
+                    job.cancel("test: the moment never came")     # fail fast below
 
-        def watch(event) -> None:
-            p = event.progress
-            if p and p.forks_running and p.validating and profiling_for_a_second() \
-                    and "at" not in seen:
-                seen["at"] = p
-                job.cancel("test: everything in flight")
-            elif event.kind == "reasoning_finished":
-                job.cancel("test: the moment never came")     # fail fast below
-
-        job._emit_fn = watch
-        try:
+            job._emit_fn = watch
             result = await asyncio.wait_for(job.run(), timeout=90)
             # Cancelled work must be gone from the backend promptly.
             for _ in range(50):
-                load = backend.load()
+                load = await backend.refresh_load()
                 if not (load.validation_running or load.profiling_running
                         or load.validation_queued or load.profiling_queued):
                     break
                 await asyncio.sleep(0.1)
-            return result, backend.load()
-        finally:
-            await backend.close()
+            return result, load
 
     from specgen.eval.options import EvalOptions
     # Correctness trials slow enough that the slow kernel is still validating while the fast
