@@ -89,7 +89,7 @@ def _devices(arg: str) -> list[str]:
 
 
 def _problems(args: argparse.Namespace, devices: list[str], shift: float = 0.0):
-    from specgen.optimize.bench import generated_problems, problems_from_traces
+    from specgen.optimize.bench_problems import generated_problems, problems_from_traces
 
     problems = problems_from_traces(args.traces) if args.traces else []
     if args.generate:

@@ -30,8 +30,8 @@ from typing import Any
 
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
-from specgen.optimize.bench import (BenchConfig, BenchProblem, describe, hardware_label, prebuild,
-                                   programs_in)
+from specgen.optimize.bench import BenchConfig, describe, hardware_label, prebuild, programs_in
+from specgen.optimize.bench_problems import BenchProblem
 from specgen.optimize.bench_report import BASELINES, ceiling_lines, devices_text, geomean_ci
 from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.extraction import extract_candidate

@@ -14,9 +14,8 @@ from specgen.errors import UsageError
 from specgen.engines.trace import TraceBuilder
 from specgen.messages import JobMetrics, OptimizeResult, Verdict
 from specgen.optimize import loop
-from specgen.optimize.bench import (
-    BenchConfig, BenchRun, _one_job, generated_problems, problems_from_traces, programs_in,
-)
+from specgen.optimize.bench import BenchConfig, BenchRun, _one_job, programs_in
+from specgen.optimize.bench_problems import generated_problems, problems_from_traces
 from specgen.optimize.bench_report import _union, geomean_ci, summarize
 from specgen.optimize.bundled import bundled_problem
 
