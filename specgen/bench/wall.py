@@ -1,6 +1,7 @@
-"""`specgen bench`: problems x modes side by side in one run, every candidate evaluated for real.
+"""`specgen bench --clock wall`: problems x modes side by side in one run, on real time, every
+candidate evaluated for real as the loop submits it.
 
-Every mode replays the same traces (`bench_problems.py`) through a `ModelledEngine` (the timing
+Every mode replays the same traces (`optimize/bench_problems.py`) through a `ModelledEngine` (the timing
 model paces every token; forks come from the fork model), and evaluates its candidates on a local
 cluster (GPUs when present, else CPU workers; the report says which). Problems run in batches of
 `concurrency` jobs at once; within a batch every mode runs in turn, the order rotating from batch
@@ -10,7 +11,7 @@ with its own pool policy (elastic for specgen, static for the baselines), over t
 Per mode and problem it records: end-to-end time, the time to the first kernel within 5% of the
 run's best for that problem (the best over all modes), profiling feedback, best speedup, tokens,
 feedback latency, and the workers' busy intervals (from their own start and finish times). The
-report (bench_report.py) turns them into ratios, confidence intervals, plots and a table.
+report (`report.py`) turns them into ratios, confidence intervals, plots and a table.
 """
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from specgen.bench.ceiling import ceiling, pooled
 from specgen.engines.timing_model import TimingModel
 from specgen.engines.trace import Trace
 from specgen.messages import OptimizeResult, OptimizeSpec
 from specgen.optimize.bench_problems import BenchProblem
-from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.fork_models import FORK_MODELS, fork_writer
 from specgen.optimize.modes import MODES
 from specgen.optimize.trace_replay import IterationModelledEngine
