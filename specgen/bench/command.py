@@ -121,8 +121,8 @@ async def _live_engine(args: argparse.Namespace):
 
 
 def bench_main(args: argparse.Namespace) -> int:
+    from specgen.bench.config import BenchConfig
     from specgen.engines.timing_model import TimingModel
-    from specgen.bench.wall import BenchConfig
 
     needs_engine = FORK_MODELS[args.fork_model].needs_engine
     if needs_engine and args.llm is None:

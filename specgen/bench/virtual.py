@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from specgen.bench.ceiling import ceiling, pooled
+from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild, programs_in
 from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean_ci
-from specgen.bench.wall import BenchConfig, describe, hardware_label, prebuild, programs_in
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem

@@ -94,8 +94,8 @@ def test_repeats_on_the_virtual_clock(tmp_path: Path) -> None:
 
 
 def test_no_ratio_when_most_answers_could_not_be_judged_here() -> None:
+    from specgen.bench.config import BenchConfig
     from specgen.bench.virtual import summarize, table
-    from specgen.bench.wall import BenchConfig
 
     problems = generated_problems(1, 1, 3, ["softmax"], ("torch",))
     config = BenchConfig(problems=problems, modes=["specgen", "sequential"])

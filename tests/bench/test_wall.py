@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from specgen.bench.config import BenchConfig, programs_in
+from specgen.bench.report import _union, geomean_ci, summarize
+from specgen.bench.wall import BenchRun, _one_job
 from specgen.cli import main
 from specgen.errors import UsageError
 from specgen.engines.trace import TraceBuilder
 from specgen.messages import JobMetrics, OptimizeResult, Verdict
-from specgen.bench.report import _union, geomean_ci, summarize
-from specgen.bench.wall import BenchConfig, BenchRun, _one_job, programs_in
 from specgen.optimize import loop
 from specgen.optimize.bench_problems import generated_problems, problems_from_traces
 from specgen.optimize.bundled import bundled_problem
