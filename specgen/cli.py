@@ -17,7 +17,7 @@ COMMAND_MODULES = [
     "specgen.runtime.commands",
     "specgen.optimize.commands",
     "specgen.optimize.trace_command",
-    "specgen.simulate.bench_command",      # above optimize: its default clock is the simulator's
+    "specgen.bench.command",
     "specgen.simulate.commands",
 ]
 

@@ -19,8 +19,9 @@ LAYERS = [
     {"eval", "kv", "engines"},
     {"runtime"},
     {"optimize"},
-    {"simulate"},                          # discrete-event runs over runtime and optimize, and the
-    #                                        bench command (its default clock is simulated); nothing imports it
+    {"simulate"},                          # discrete-event runs over runtime and optimize
+    {"bench"},                             # `specgen bench`: drives the optimize loop (wall clock) and
+    #                                        the simulator (virtual clock); nothing imports it
     {"cli"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

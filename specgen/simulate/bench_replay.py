@@ -16,7 +16,7 @@ from specgen.simulate.model import (
 
 
 def _traces(data: dict[str, Any]):
-    from specgen.optimize.bench import generated_problems
+    from specgen.optimize.bench_problems import generated_problems
 
     cfg = data["config"]
     seed = bench_seed(data)

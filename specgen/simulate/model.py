@@ -125,7 +125,7 @@ class ServiceTimes:
 
     @classmethod
     def from_measured(cls, rows: list[dict[str, Any]], source: str = "") -> "ServiceTimes":
-        """From the rows of a virtual-clock bench (`virtual_bench.measure`): each program
+        """From the rows of a virtual-clock bench (`specgen.bench.virtual.measure`): each program
         validated (and profiled when correct) once per device, one at a time. Where a row has
         its stages' `stage_seconds` (`spare_wait`: the evaluation took a runner and waited that
         long for it; `runner_startup`: that runner's fork to ready), the wait is taken out of the

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
+from specgen.bench.ceiling import ceiling
 from specgen.engines.trace import TraceBuilder
-from specgen.optimize.ceiling import ceiling
 from specgen.optimize.extraction import extract_candidate, kernel_bodies
 from specgen.optimize.fork_models import DraftWriter, NamedWriter, fork_writer, latest_draft
 from specgen.optimize.synthetic import CandidateLibrary, generate_traces

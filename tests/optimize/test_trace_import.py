@@ -683,7 +683,7 @@ def test_independent_samples_are_single_turn_traces_with_stable_names(tmp_path: 
     assert [Trace.load(i.path).iterations[0].reasoning.text for i in first[:3]] == [f"Sample {n}." for n in range(3)]
     assert "sample 1 of 3" in Trace.load(first[1].path).metadata.notes
     # A bench takes each as an entry of its own, with one iteration, all posing softmax.
-    from specgen.optimize.bench import problems_from_traces
+    from specgen.optimize.bench_problems import problems_from_traces
 
     problems = problems_from_traces([i.path for i in first])
     assert [(p.name, p.problem, len(p.trace.iterations)) for p in problems] == [

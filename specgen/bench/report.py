@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from specgen.messages import CandidateRecord
-from specgen.optimize.bench import NEAR_BEST, BenchRun, BenchJobRecord
-from specgen.optimize.ceiling import share_of_saving
+from specgen.bench.ceiling import share_of_saving
+from specgen.bench.wall import NEAR_BEST, BenchJobRecord, BenchRun
 from specgen.runtime.private_files import make_private_dir, open_private, write_private
 
 BASELINES = ("sequential", "best-of-n", "pipeline")

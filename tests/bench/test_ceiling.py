@@ -5,8 +5,8 @@ import random
 
 import pytest
 
+from specgen.bench.ceiling import ceiling, pooled, share_of_saving, turn_ceiling
 from specgen.engines.trace import Iteration, TraceBuilder
-from specgen.optimize.ceiling import ceiling, pooled, share_of_saving, turn_ceiling
 from specgen.optimize.extraction import kernel_bodies
 from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import InlineCodeBlock, TriggerContext, TriggerPolicy

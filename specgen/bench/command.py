@@ -89,7 +89,7 @@ def _devices(arg: str) -> list[str]:
 
 
 def _problems(args: argparse.Namespace, devices: list[str], shift: float = 0.0):
-    from specgen.optimize.bench import generated_problems, problems_from_traces
+    from specgen.optimize.bench_problems import generated_problems, problems_from_traces
 
     problems = problems_from_traces(args.traces) if args.traces else []
     if args.generate:
@@ -121,8 +121,8 @@ async def _live_engine(args: argparse.Namespace):
 
 
 def bench_main(args: argparse.Namespace) -> int:
+    from specgen.bench.config import BenchConfig
     from specgen.engines.timing_model import TimingModel
-    from specgen.optimize.bench import BenchConfig
 
     needs_engine = FORK_MODELS[args.fork_model].needs_engine
     if needs_engine and args.llm is None:
@@ -192,7 +192,7 @@ def bench_main(args: argparse.Namespace) -> int:
 def _run_virtual(args: argparse.Namespace, variants) -> int:
     """`--clock virtual`: each variant (the main run, the repeats) measured, then simulated."""
     from specgen.runtime.private_files import make_private_dir, write_private
-    from specgen.simulate.virtual_bench import run_virtual, table
+    from specgen.bench.virtual import run_virtual, table
 
     out: Path = make_private_dir(args.out)
     say = (lambda text: None) if args.quiet else print
@@ -228,7 +228,7 @@ def _write_repeats(args: argparse.Namespace, out: Path, rows: list[dict]) -> Non
     them (nothing with one run)."""
     if len(rows) < 2:
         return
-    from specgen.optimize.bench_report import over_repeats
+    from specgen.bench.report import over_repeats
     from specgen.runtime.private_files import write_private
 
     text = over_repeats(rows, "seeds" if args.generate and not args.traces else "runs")
@@ -239,7 +239,7 @@ def _write_repeats(args: argparse.Namespace, out: Path, rows: list[dict]) -> Non
 
 
 async def _run_variants(args: argparse.Namespace, variants) -> int:
-    from specgen.optimize.bench_report import plot, summarize, table, write_results
+    from specgen.bench.report import plot, summarize, table, write_results
     from specgen.runtime.private_files import make_private_dir, write_private
 
     engine = await _live_engine(args)
@@ -294,7 +294,7 @@ async def _run_variants(args: argparse.Namespace, variants) -> int:
 
 
 async def _with_progress(config, total: int, label: str, quiet: bool):
-    from specgen.optimize.bench import run_bench
+    from specgen.bench.wall import run_bench
 
     if quiet:
         return await run_bench(config)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from specgen.bench.config import BenchConfig, programs_in
+from specgen.bench.report import _union, geomean_ci, summarize
+from specgen.bench.wall import BenchRun, _one_job
 from specgen.cli import main
 from specgen.errors import UsageError
 from specgen.engines.trace import TraceBuilder
 from specgen.messages import JobMetrics, OptimizeResult, Verdict
 from specgen.optimize import loop
-from specgen.optimize.bench import (
-    BenchConfig, BenchRun, _one_job, generated_problems, problems_from_traces, programs_in,
-)
-from specgen.optimize.bench_report import _union, geomean_ci, summarize
+from specgen.optimize.bench_problems import generated_problems, problems_from_traces
 from specgen.optimize.bundled import bundled_problem
 
 
@@ -154,7 +154,7 @@ def _candidate(cid: str, iteration: int, origin: str, status: str, verdict, feed
 
 def _job(mode: str, problem: str, seconds: float, candidates, iteration_starts) -> "BenchJobRecord":
     from specgen.messages import IterationRecord
-    from specgen.optimize.bench import BenchJobRecord
+    from specgen.bench.wall import BenchJobRecord
 
     result = OptimizeResult(job_id=f"{mode}-{problem}", problem_name=problem, mode=mode,
                             status="iterations_done", started_at=0.0, candidates=candidates,
@@ -190,7 +190,7 @@ def test_pipeline_is_no_baseline_where_it_skipped_a_verdict() -> None:
 
 
 def test_no_ratio_without_answers_judged_here() -> None:
-    from specgen.optimize.bench_report import table
+    from specgen.bench.report import table
 
     unbuilt = Verdict(correct=False, compiled=False,
                       error="extension softmax_ext failed to build: nvcc not found")
@@ -211,7 +211,7 @@ def test_no_ratio_without_answers_judged_here() -> None:
     assert "no ratio is printed" in text and "best fair baseline" not in text
     assert "2 x answer: extension softmax_ext failed to build: nvcc not found" in text
     assert "reasoning at the timing model's real pace" in text
-    from specgen.optimize.bench_report import devices_text
+    from specgen.bench.report import devices_text
     assert devices_text(["cuda:0"] * 8 + ["cuda:1"]) == "8 on cuda:0, 1 on cuda:1"
 
 

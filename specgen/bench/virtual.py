@@ -28,12 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from specgen.bench.ceiling import ceiling, pooled
+from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild, programs_in
+from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean_ci
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
-from specgen.optimize.bench import (BenchConfig, BenchProblem, describe, hardware_label, prebuild,
-                                   programs_in)
-from specgen.optimize.bench_report import BASELINES, ceiling_lines, devices_text, geomean_ci
-from specgen.optimize.ceiling import ceiling, pooled
+from specgen.optimize.bench_problems import BenchProblem
 from specgen.optimize.extraction import extract_candidate
 from specgen.optimize.fork_models import replayable_fork_models
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn

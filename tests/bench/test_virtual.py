@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from specgen.bench.virtual import _programs
 from specgen.cli import main
 from specgen.messages import TriggerSettings
-from specgen.optimize.bench import generated_problems
+from specgen.optimize.bench_problems import generated_problems
 from specgen.optimize.extraction import extract_candidate, first_naming
 from specgen.optimize.synthetic import CandidateLibrary, generate_turn
 from specgen.simulate.model import ServiceTimes, program_key, script_turn
-from specgen.simulate.virtual_bench import _programs
 
 
 def test_every_program_is_measured_once_and_every_mode_simulated_on_it(tmp_path: Path, capsys) -> None:
@@ -94,8 +94,8 @@ def test_repeats_on_the_virtual_clock(tmp_path: Path) -> None:
 
 
 def test_no_ratio_when_most_answers_could_not_be_judged_here() -> None:
-    from specgen.optimize.bench import BenchConfig
-    from specgen.simulate.virtual_bench import summarize, table
+    from specgen.bench.config import BenchConfig
+    from specgen.bench.virtual import summarize, table
 
     problems = generated_problems(1, 1, 3, ["softmax"], ("torch",))
     config = BenchConfig(problems=problems, modes=["specgen", "sequential"])
@@ -157,8 +157,8 @@ def test_a_measured_runner_wait_is_modelled_not_kept_in_the_service_time() -> No
 
 
 def test_the_named_ceilings_saving_on_wrong_answers_is_counted() -> None:
-    from specgen.optimize.ceiling import ceiling
-    from specgen.simulate.virtual_bench import named_saving_on_wrong_answers
+    from specgen.bench.ceiling import ceiling
+    from specgen.bench.virtual import named_saving_on_wrong_answers
 
     problems = generated_problems(8, 3, 1, None, ("torch", "cpp"))
     _, turns = ceiling([p.trace for p in problems])
