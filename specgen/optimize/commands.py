@@ -37,6 +37,7 @@ from specgen.optimize.engine_kinds import ENGINES
 if TYPE_CHECKING:
     from specgen.engines.base import Engine
     from specgen.messages import OptimizeResult, OptimizeSpec
+    from specgen.optimize.job import JobConfig
 
 # What `--set` may change with --scheduler: the settings of this command's own connection.
 CONNECTION_SETTINGS = ("connect_timeout_s", "call_timeout_s", "scheduler_timeout_s")
@@ -285,7 +286,19 @@ def _devices(args: argparse.Namespace) -> list[str]:
 
 # ---------------------------------------------------------------------------------- running
 
-def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine) -> OptimizeSpec:
+def job_config(plan: _Plan, args: argparse.Namespace, engine: Engine | None,
+               resumed: OptimizeSpec | None = None) -> JobConfig:
+    """The job the command line describes, typed and checked (`resumed`: the optimize spec of the
+    run `--resume` continues). Built once; it reaches the job's reasoner as its JobSpec."""
+    from specgen.optimize.job import JobConfig
+    from specgen.optimize.modes import check_spec
+
+    spec = resumed if resumed is not None else _spec(plan, args, engine)
+    check_spec(spec)
+    return JobConfig(optimize=spec, engine=_engine_spec(plan, args))
+
+
+def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine | None) -> OptimizeSpec:
     from specgen.messages import OptimizeSpec
 
     max_iterations = args.max_iterations
@@ -360,7 +373,7 @@ def run_optimize(args: argparse.Namespace) -> int:
     """Build the job, connect to its scheduler (runtime/connect.py: --scheduler's, a local one, or
     one in this process), submit, follow."""
     from specgen.messages import OptimizeEvent
-    from specgen.optimize.modes import Mechanisms, check_spec
+    from specgen.optimize.modes import Mechanisms
     from specgen.optimize.outputs import (
         JOURNAL_DIR, SCHEDULER_STATE, ResumedRun, RunWriter, check_out_dir, clear_run_files,
         write_run_settings,
@@ -397,8 +410,8 @@ def run_optimize(args: argparse.Namespace) -> int:
     # The loop runs as the job's reasoner, which makes its own engine; a replayed trace is opened
     # here too, to check it and count its iterations.
     engine = _make_engine(plan, args) if plan.llm == "replay" else None
-    spec = resumed_spec if resumed_spec is not None else _spec(plan, args, engine)
-    check_spec(spec)
+    config = job_config(plan, args, engine, resumed_spec)
+    spec = config.optimize
 
     out_dir = Path(args.out) if args.out else Path("specgen-runs") / spec.job_id
     if not args.resume:
@@ -443,7 +456,7 @@ def run_optimize(args: argparse.Namespace) -> int:
 
                 live = display.kv_pool = LiveKvStats(cluster, None)
             try:
-                return await asyncio.to_thread(_follow, cluster.client, args, plan, spec, emit, say,
+                return await asyncio.to_thread(_follow, cluster.client, config, emit, say,
                                                existing=bool(args.resume),
                                                where=cluster.where if kind == "remote" else "")
             except SchedulerUnreachable as exc:
@@ -538,30 +551,17 @@ def _engine_spec(plan: _Plan, args: argparse.Namespace) -> Any:
     return engine_spec({"llm": plan.llm, **raw}, where="the engine")
 
 
-def _follow(client: Any, args: argparse.Namespace, plan: _Plan, spec: OptimizeSpec,
-            emit: Callable[[Any], None], say: Callable[[str], None], *, existing: bool = False,
-            where: str = "") -> OptimizeResult:
+def _follow(client: Any, config: JobConfig, emit: Callable[[Any], None], say: Callable[[str], None], *,
+            existing: bool = False, where: str = "") -> OptimizeResult:
     """Submit the job to `client`'s scheduler (or, `existing`, follow the one it already runs: a
     resumed run) and turn its events and result into the loop's, for the run's outputs."""
-    import msgspec
+    from specgen.optimize.job import NOTICE_EVENT, SCHEDULER_EVENTS, optimize_event, optimize_result
 
-    from specgen.messages import JobSpec
-    from specgen.optimize.job import (
-        ENGINE_OPTION, ENTRY, NOTICE_EVENT, SCHEDULER_EVENTS, optimize_event, optimize_result,
-    )
-
+    spec = config.optimize
     if existing:
         job = client.job(spec.job_id)
     else:
-        options = msgspec.to_builtins(spec)
-        for key in ("job_id", "problem_name", "problem_source"):
-            options.pop(key, None)
-        options[ENGINE_OPTION] = msgspec.to_builtins(_engine_spec(plan, args))
-        # The loop ends itself at its time budget; the scheduler's deadline (plus job_grace_s)
-        # stops a job whose reasoner does not.
-        job = client.submit(JobSpec(job_id=spec.job_id, problem_name=spec.problem_name,
-                                    problem_source=spec.problem_source, entry=ENTRY, options=options,
-                                    wall_time_s=spec.time_budget_s))
+        job = client.submit(config.to_job())
         if where:
             say(f"Submitted job {spec.job_id} to {where}.")
     try:

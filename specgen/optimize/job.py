@@ -6,6 +6,10 @@ actor that hosts a job converts the spec on the way in, and the loop's events an
 way out (`JobEvent.data` and `JobResult.summary` hold them as msgpack builtins, so a client can
 turn them back into typed structs with `msgspec.convert`).
 
+`JobConfig` is the job typed: its `OptimizeSpec` and its engine's `EngineSpec`
+(optimize/engine_kinds.py). `to_job` makes the `JobSpec` a scheduler carries, `from_job` takes it
+back, strictly (an unknown option is an error that names it).
+
 `run_scheduled_job` is the entry a scheduler job names to run the optimize loop in its reasoner
 (`JobSpec.entry = "specgen.optimize.job:run_scheduled_job"`): `options` holds OptimizeSpec fields
 plus `engine`, which says what to generate with:
@@ -26,6 +30,8 @@ import msgspec
 
 from specgen.errors import UsageError
 from specgen.messages import JobEvent, JobResult, JobSpec, OptimizeEvent, OptimizeResult, OptimizeSpec
+
+from specgen.optimize.engine_kinds import EngineSpec
 
 if TYPE_CHECKING:
     from specgen.engines.base import Engine
@@ -74,6 +80,37 @@ def optimize_spec_from_job(job: JobSpec) -> OptimizeSpec:
         return msgspec.convert(fields, OptimizeSpec)
     except msgspec.ValidationError as exc:
         raise UsageError(f"job {job.job_id!r}: bad optimize option: {exc}") from None
+
+
+class JobConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One optimize job, typed: what the loop does (`optimize`) and what it generates with
+    (`engine`). Built once where the job starts (`specgen optimize`: `commands.job_config`), it
+    crosses processes as the scheduler's `JobSpec` (`to_job`) and is decoded back, strictly, in the
+    job's reasoner (`from_job`). How candidates are evaluated is the cluster's (its workers'
+    `eval_options` setting), not one job's: a cluster's workers serve every job alike."""
+
+    optimize: OptimizeSpec
+    engine: EngineSpec
+
+    def to_job(self) -> JobSpec:
+        spec = self.optimize
+        options = msgspec.to_builtins(spec)
+        for key in ("job_id", "problem_name", "problem_source"):
+            options.pop(key, None)
+        options[ENGINE_OPTION] = msgspec.to_builtins(self.engine)
+        # The loop ends itself at its time budget; the scheduler's deadline (plus job_grace_s)
+        # stops a job whose reasoner does not.
+        return JobSpec(job_id=spec.job_id, problem_name=spec.problem_name, problem_source=spec.problem_source,
+                       entry=ENTRY, options=options, wall_time_s=spec.time_budget_s)
+
+    @classmethod
+    def from_job(cls, job: JobSpec) -> "JobConfig":
+        """The config a scheduler job carries; an unknown or wrongly typed option is a UsageError
+        that names it."""
+        from specgen.optimize.engine_kinds import engine_spec
+
+        return cls(optimize=optimize_spec_from_job(job),
+                   engine=engine_spec(job.options.get(ENGINE_OPTION) or {}, where=f"options[{ENGINE_OPTION!r}]"))
 
 
 def job_event(event: OptimizeEvent) -> JobEvent:
@@ -129,12 +166,10 @@ async def run_scheduled_job(job: JobSpec, backend: EvaluationBackend,
     from specgen.optimize.loop import run_job
     from specgen.optimize.outputs import LoopJournal, ResumedRun
 
-    from specgen.optimize.engine_kinds import VllmSpec, engine_spec
+    from specgen.optimize.engine_kinds import VllmSpec, build_engine
 
-    spec = optimize_spec_from_job(job)
-    from specgen.optimize.engine_kinds import build_engine
-
-    described = engine_spec(job.options.get(ENGINE_OPTION) or {}, where=f"options[{ENGINE_OPTION!r}]")
+    config = JobConfig.from_job(job)
+    spec, described = config.optimize, config.engine
     engine = build_engine(described, job.problem_name)
     pool_id = ""
     journal = resume = None

@@ -94,3 +94,20 @@ def test_the_optimize_loop_runs_as_a_scheduler_job(tmp_path) -> None:
     assert "fork_started" in kinds and "job_finished" in kinds
     workers = {c.validation.worker for c in result.candidates if c.validation is not None}
     assert workers and all(w.startswith("local0/") for w in workers)
+
+
+def test_a_job_config_crosses_as_its_jobspec_and_comes_back_the_same() -> None:
+    from specgen.messages import OptimizeSpec
+    from specgen.optimize.engine_kinds import VllmSpec
+    from specgen.optimize.job import ENTRY, JobConfig
+
+    config = JobConfig(optimize=OptimizeSpec(job_id="j", problem_name="p", problem_source="s",
+                                             time_budget_s=90, mode="sequential"),
+                       engine=VllmSpec(model="/models/m", kv_pool="host"))
+    job = config.to_job()
+    assert job.entry == ENTRY and job.wall_time_s == 90.0 and job.options["engine"]["llm"] == "vllm"
+    sent = msgspec.msgpack.decode(msgspec.msgpack.encode(job), type=JobSpec)   # as the wire carries it
+    assert JobConfig.from_job(sent) == config
+    sent.options["engine"]["kv_pol"] = "gpus"
+    with pytest.raises(UsageError, match="unknown field `kv_pol`"):
+        JobConfig.from_job(sent)
