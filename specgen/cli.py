@@ -16,7 +16,7 @@ COMMAND_MODULES = [
     "specgen.eval.commands",
     "specgen.runtime.commands",
     "specgen.optimize.commands",
-    "specgen.optimize.trace_command",
+    "specgen.traces.commands",
     "specgen.simulate.bench_command",      # above optimize: its default clock is the simulator's
     "specgen.simulate.commands",
 ]

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specgen.engines.timing_model import TimingModel
-from specgen.engines.trace import Trace
 from specgen.messages import OptimizeResult, OptimizeSpec
 from specgen.optimize.ceiling import ceiling, pooled
 from specgen.optimize.fork_models import FORK_MODELS, fork_writer
 from specgen.optimize.modes import MODES
-from specgen.optimize.trace_replay import IterationModelledEngine
+from specgen.traces.format import Trace
+from specgen.traces.pinned_replay import IterationModelledEngine
 
 NEAR_BEST = 0.95            # "the first kernel within 5% of the run's best"
 
@@ -237,7 +237,7 @@ async def run_bench(config: BenchConfig,
 def programs_in(trace: Trace) -> list[str]:
     """Every complete ModelNew program a trace's reasoning drafts (fenced or not, as the loop's
     inline-candidate trigger finds them) or its answers give."""
-    from specgen.optimize.extraction import extract_candidate, find_drafts
+    from specgen.traces.extraction import extract_candidate, find_drafts
 
     found: dict[str, None] = {}
     for iteration in trace.iterations:
@@ -317,7 +317,7 @@ def problems_from_traces(paths: list[Path]) -> list[BenchProblem]:
     Independent samples of a problem are traces of their own (`<problem>.<sample>.trace.json`),
     each an entry of the run under a name of its own, all evaluated against the one problem."""
     from specgen.errors import UsageError
-    from specgen.optimize.bundled import bundled_problems
+    from specgen.traces.bundled import bundled_problems
 
     bundled = bundled_problems()
     loaded: list[tuple[Path, Trace, str]] = []
@@ -342,8 +342,8 @@ def generated_problems(count: int, turns: int, seed: int, names: list[str] | Non
                        langs: tuple[str, ...] | None = None, shift: float = 0.0
                        ) -> list[BenchProblem]:
     """`count` generated problem traces over the bundled problems (cycled), `turns` each."""
-    from specgen.optimize.bundled import bundled_problems
-    from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_traces
+    from specgen.traces.bundled import bundled_problems
+    from specgen.traces.synthetic import LANGS, CandidateLibrary, generate_traces
 
     library = CandidateLibrary.load()
     available = sorted({c.problem for c in library.candidates if c.kind == "honest"})

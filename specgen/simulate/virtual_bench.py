@@ -34,10 +34,10 @@ from specgen.optimize.bench import (BenchConfig, BenchProblem, describe, hardwar
                                    programs_in)
 from specgen.optimize.bench_report import BASELINES, ceiling_lines, devices_text, geomean_ci
 from specgen.optimize.ceiling import ceiling, pooled
-from specgen.optimize.extraction import extract_candidate
 from specgen.optimize.fork_models import replayable_fork_models
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
+from specgen.traces.extraction import extract_candidate
 
 
 def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, bool]]:

@@ -11,14 +11,14 @@ import pytest
 
 from specgen.cli import main
 from specgen.errors import UsageError
-from specgen.engines.trace import TraceBuilder
 from specgen.messages import JobMetrics, OptimizeResult, Verdict
 from specgen.optimize import loop
 from specgen.optimize.bench import (
     BenchConfig, BenchRun, _one_job, generated_problems, problems_from_traces, programs_in,
 )
 from specgen.optimize.bench_report import _union, geomean_ci, summarize
-from specgen.optimize.bundled import bundled_problem
+from specgen.traces.bundled import bundled_problem
+from specgen.traces.format import TraceBuilder
 
 
 def test_union_and_geomean() -> None:

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from specgen.engines.trace import Iteration, TraceBuilder
 from specgen.optimize.ceiling import ceiling, pooled, share_of_saving, turn_ceiling
-from specgen.optimize.extraction import kernel_bodies
-from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import InlineCodeBlock, TriggerContext, TriggerPolicy
+from specgen.traces.extraction import kernel_bodies
+from specgen.traces.format import Iteration, TraceBuilder
+from specgen.traces.synthetic import LANGS, CandidateLibrary, generate_turn
 from tests.optimize.test_extraction import AFTER, CUDA_PROGRAM, PROSE, TRITON_PROGRAM
 
 

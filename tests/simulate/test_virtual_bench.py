@@ -10,10 +10,10 @@ import pytest
 from specgen.cli import main
 from specgen.messages import TriggerSettings
 from specgen.optimize.bench import generated_problems
-from specgen.optimize.extraction import extract_candidate, first_naming
-from specgen.optimize.synthetic import CandidateLibrary, generate_turn
 from specgen.simulate.model import ServiceTimes, program_key, script_turn
 from specgen.simulate.virtual_bench import _programs
+from specgen.traces.extraction import extract_candidate, first_naming
+from specgen.traces.synthetic import CandidateLibrary, generate_turn
 
 
 def test_every_program_is_measured_once_and_every_mode_simulated_on_it(tmp_path: Path, capsys) -> None:

@@ -1,7 +1,7 @@
 """Import of real reasoning: logs of a reasoning model become replayable specgen traces.
 
     specgen trace import FILE... --out DIR [--tokens-per-s R] [--tokenizer DIR] [--prompt FILE]
-    specgen.optimize.trace_import.import_traces(paths, out_dir, ...) -> [trace paths]
+    specgen.traces.importing.import_traces(paths, out_dir, ...) -> [trace paths]
 
 One trace file is written per conversation, with one iteration per turn: `<problem>.trace.json`
 when the problem has one, else `<problem>.<sample>.trace.json` each (the sample field's value, or
@@ -112,10 +112,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from specgen.engines.base import EngineError
-from specgen.engines.trace import HUGGINGFACE_KIND, Chunk, Iteration, Segment, Trace, TraceMetadata
-from specgen.engines.trace_tokenizer import SPECIAL_TOKENS, PieceTokenizer, split_pieces
-from specgen.engines.trace_tokenizer import TOKENIZER_KIND as PIECES_KIND
 from specgen.errors import UsageError
+from specgen.traces.format import HUGGINGFACE_KIND, Chunk, Iteration, Segment, Trace, TraceMetadata
+from specgen.traces.tokenizer import SPECIAL_TOKENS, PieceTokenizer, split_pieces
+from specgen.traces.tokenizer import TOKENIZER_KIND as PIECES_KIND
 
 TRACE_SUFFIX = ".trace.json"
 CHARS_PER_TOKEN = 3.6            # real BPE tokenizers on English reasoning with code
@@ -1099,7 +1099,7 @@ class _Problem:
 
 class _ProblemIndex:
     def __init__(self, dirs: Sequence[Path]) -> None:
-        from specgen.optimize.bundled import bundled_problems
+        from specgen.traces.bundled import bundled_problems
 
         self.by_name: dict[str, _Problem] = {}
         for name, path in bundled_problems().items():
@@ -1162,7 +1162,7 @@ class _ProblemIndex:
 def embedded_sources(text: str) -> list[str]:
     """The `class Model` programs a prompt embeds: fenced code blocks defining Model (and not
     ModelNew), else the stretch of raw text around a `class Model` line that parses as Python."""
-    from specgen.optimize.extraction import defines_model_new, find_code_blocks
+    from specgen.traces.extraction import defines_model_new, find_code_blocks
 
     sources = [block.source for block in find_code_blocks(text)
                if _CLASS_MODEL.search(block.source) and not defines_model_new(block.source)]
@@ -1724,7 +1724,7 @@ _MIN_QUOTED_CHARS = 40           # a code block shorter than this (white space d
 
 
 def _code_keys(text: str) -> set[str]:
-    from specgen.optimize.extraction import find_code_blocks
+    from specgen.traces.extraction import find_code_blocks
 
     keys = (_normalized(block.source) for block in find_code_blocks(text) if block.closed)
     return {key for key in keys if len(key) >= _MIN_QUOTED_CHARS}
