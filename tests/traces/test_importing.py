@@ -613,10 +613,10 @@ def test_size_limit_in_arrays_streams_and_plain_text(tmp_path: Path) -> None:
 
 
 def test_records_across_read_blocks(tmp_path: Path, monkeypatch: Any) -> None:
-    from specgen.traces.importing import importer
+    from specgen.traces.importing import text as importing_text
 
     # Tiny blocks: every record, string, escape and line end is cut somewhere.
-    monkeypatch.setattr(importer, "_BLOCK_BYTES", 7)
+    monkeypatch.setattr(importing_text, "_BLOCK_BYTES", 7)
     records = [_record("Ré\\sön \"quoted\"\n" * 3, "a ✓", turn=0), _record("Next.", "b", turn=1)]
     lines = tmp_path / "r.jsonl"
     lines.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r, indent=1) + "\r\n" for r in records).encode())
