@@ -10,7 +10,7 @@ from specgen.optimize.triggers import InlineCodeBlock, TriggerContext, TriggerPo
 from specgen.traces.extraction import kernel_bodies
 from specgen.traces.format import Iteration, TraceBuilder
 from specgen.traces.synthetic import LANGS, CandidateLibrary, generate_turn
-from tests.optimize.test_extraction import AFTER, CUDA_PROGRAM, PROSE, TRITON_PROGRAM
+from tests.traces.test_extraction import AFTER, CUDA_PROGRAM, PROSE, TRITON_PROGRAM
 
 
 def turn(reasoning: str, final: str) -> Iteration:
