@@ -16,7 +16,7 @@ COMMAND_MODULES = [
     "specgen.eval.commands",
     "specgen.runtime.commands",
     "specgen.optimize.commands",
-    "specgen.optimize.trace_command",
+    "specgen.traces.commands",
     "specgen.bench.command",
     "specgen.simulate.commands",
 ]

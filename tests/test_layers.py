@@ -17,6 +17,9 @@ LAYERS = [
     {"wire"},                              # the one framing of every ZeroMQ channel
     {"backend"},                           # the evaluation interface
     {"eval", "kv", "engines"},
+    {"traces"},                            # the trace format, replay (an engine), import, recording, the
+    #                                        generator, with the bundled-problems index and code extraction
+    #                                        they read traces with; the loop in optimize uses all of it
     {"runtime"},
     {"optimize"},
     {"simulate"},                          # discrete-event runs over runtime and optimize

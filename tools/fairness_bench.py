@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from specgen.messages import JobSpec, OptimizeSpec  # noqa: E402
-from specgen.optimize.bundled import bundled_problems, bundled_trace  # noqa: E402
 from specgen.optimize.job import ENGINE_OPTION, ENTRY  # noqa: E402
 from specgen.runtime.client import Client  # noqa: E402
 from specgen.runtime.local import LocalCluster  # noqa: E402
+from specgen.traces.bundled import bundled_problems, bundled_trace  # noqa: E402
 
 
 def job_spec(problem: str, index: int, speed: float) -> JobSpec:

@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from specgen.engines.trace import Trace  # noqa: E402
-from specgen.optimize.trace_import import CHARS_PER_TOKEN, import_traces  # noqa: E402
+from specgen.traces.format import Trace  # noqa: E402
+from specgen.traces.importing import CHARS_PER_TOKEN, import_traces  # noqa: E402
 
 SENTENCES = [
     "Let me think about how the data is laid out in memory for this operation.",

@@ -32,12 +32,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from specgen.messages import OptimizeResult, OptimizeSpec  # noqa: E402
-from specgen.optimize.bundled import bundled_problem, bundled_trace  # noqa: E402
+from specgen.traces.bundled import bundled_problem, bundled_trace  # noqa: E402
 from specgen.optimize.commands import _default_devices  # noqa: E402
 from specgen.optimize.loop import run_job  # noqa: E402
 from specgen.runtime.connect import cluster_settings, connect  # noqa: E402
 from specgen.optimize.modes import MODES, Mechanisms  # noqa: E402
-from specgen.optimize.trace_replay import IterationReplayEngine  # noqa: E402
+from specgen.traces.pinned_replay import IterationReplayEngine  # noqa: E402
 
 BASELINES = [m for m in MODES if m != "specgen"]
 

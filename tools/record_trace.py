@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from specgen.engines.base import Engine, EngineError, GenerationParams  # noqa: E402
-from specgen.engines.recorder import RecordingPlan, record_trace  # noqa: E402
+from specgen.traces.recorder import RecordingPlan, record_trace  # noqa: E402
 
 
 def build_engine(args: argparse.Namespace) -> Engine:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.engines.trace import Iteration, Trace
-from specgen.optimize.extraction import (CodeBlock, CodeBlockScanner, extract_candidate, first_naming,
+from specgen.traces.extraction import (CodeBlock, CodeBlockScanner, extract_candidate, first_naming,
                                          kernel_bodies)
+from specgen.traces.format import Iteration, Trace
 
 
 @dataclass

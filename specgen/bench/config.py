@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specgen.engines.timing_model import TimingModel
-from specgen.engines.trace import Trace
+from specgen.traces.format import Trace
 from specgen.optimize.bench_problems import BenchProblem
 from specgen.optimize.fork_models import FORK_MODELS
 from specgen.optimize.modes import MODES
@@ -77,7 +77,7 @@ def hardware_label(devices: list[str]) -> str:
 def programs_in(trace: Trace) -> list[str]:
     """Every complete ModelNew program a trace's reasoning drafts (fenced or not, as the loop's
     inline-candidate trigger finds them) or its answers give."""
-    from specgen.optimize.extraction import extract_candidate, find_drafts
+    from specgen.traces.extraction import extract_candidate, find_drafts
 
     found: dict[str, None] = {}
     for iteration in trace.iterations:

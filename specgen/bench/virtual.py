@@ -34,7 +34,7 @@ from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem
-from specgen.optimize.extraction import extract_candidate
+from specgen.traces.extraction import extract_candidate
 from specgen.optimize.fork_models import replayable_fork_models
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation

@@ -26,7 +26,7 @@ from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild
 from specgen.messages import OptimizeResult, OptimizeSpec
 from specgen.optimize.bench_problems import BenchProblem
 from specgen.optimize.fork_models import FORK_MODELS, fork_writer
-from specgen.optimize.trace_replay import IterationModelledEngine
+from specgen.traces.pinned_replay import IterationModelledEngine
 
 NEAR_BEST = 0.95            # "the first kernel within 5% of the run's best"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specgen.engines.trace import Trace
+from specgen.traces.format import Trace
 
 
 @dataclass
@@ -37,7 +37,7 @@ def problems_from_traces(paths: list[Path]) -> list[BenchProblem]:
     Independent samples of a problem are traces of their own (`<problem>.<sample>.trace.json`),
     each an entry of the run under a name of its own, all evaluated against the one problem."""
     from specgen.errors import UsageError
-    from specgen.optimize.bundled import bundled_problems
+    from specgen.traces.bundled import bundled_problems
 
     bundled = bundled_problems()
     loaded: list[tuple[Path, Trace, str]] = []
@@ -62,8 +62,8 @@ def generated_problems(count: int, turns: int, seed: int, names: list[str] | Non
                        langs: tuple[str, ...] | None = None, shift: float = 0.0
                        ) -> list[BenchProblem]:
     """`count` generated problem traces over the bundled problems (cycled), `turns` each."""
-    from specgen.optimize.bundled import bundled_problems
-    from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_traces
+    from specgen.traces.bundled import bundled_problems
+    from specgen.traces.synthetic import LANGS, CandidateLibrary, generate_traces
 
     library = CandidateLibrary.load()
     available = sorted({c.problem for c in library.candidates if c.kind == "honest"})

@@ -162,7 +162,7 @@ class _Plan:
 
 def _plan(args: argparse.Namespace, gpu: bool | None = None) -> _Plan:
     """`gpu`: whether this host has a GPU (None: look), which picks the bundled default run."""
-    from specgen.optimize.bundled import DEFAULT_PROBLEM, bundled_problem, bundled_trace, default_run
+    from specgen.traces.bundled import DEFAULT_PROBLEM, bundled_problem, bundled_trace, default_run
 
     plan = _Plan()
     if args.trace and args.llm not in (None, "replay"):
@@ -197,7 +197,7 @@ def _plan(args: argparse.Namespace, gpu: bool | None = None) -> _Plan:
                     f"--llm vllm --model DIR, --llm openai --base-url URL --model NAME "
                     f"--tokenizer DIR, or --trace FILE")
             what = "bundled problem" if args.problem is None else "problem"
-            from specgen.optimize.bundled import GENERATED_TRACES_DIR
+            from specgen.traces.bundled import GENERATED_TRACES_DIR
 
             generated = plan.trace_path.parent == GENERATED_TRACES_DIR
             kind = ("generated (tools/make_traces.py --generated, seed 0)" if generated
@@ -590,7 +590,7 @@ def _closing_screen(result: OptimizeResult, written: dict[str, Path], plan: _Pla
     trace = timing = None
     if plan.llm == "replay" and plan.trace_path is not None and args.fork_model != "scripted":
         from specgen.engines.timing_model import TimingModel
-        from specgen.engines.trace import Trace
+        from specgen.traces.format import Trace
 
         trace = Trace.load(plan.trace_path)
         timing = TimingModel.from_overrides(args.timing)

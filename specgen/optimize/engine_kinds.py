@@ -109,8 +109,8 @@ def build_engine(raw: Any, problem_name: str, where: str = "options['engine']") 
 
 
 def _replay(spec: ReplaySpec, problem_name: str) -> "Engine":
-    from specgen.optimize.bundled import bundled_trace
-    from specgen.optimize.trace_replay import IterationReplayEngine
+    from specgen.traces.bundled import bundled_trace
+    from specgen.traces.pinned_replay import IterationReplayEngine
 
     trace = spec.trace or bundled_trace(problem_name)
     if trace is None:
@@ -121,7 +121,7 @@ def _replay(spec: ReplaySpec, problem_name: str) -> "Engine":
         return IterationReplayEngine(trace, speed=spec.speed, tokenizer=spec.tokenizer)
     from specgen.engines.timing_model import TimingModel
     from specgen.optimize.fork_models import fork_writer
-    from specgen.optimize.trace_replay import IterationModelledEngine
+    from specgen.traces.pinned_replay import IterationModelledEngine
 
     try:
         writer = fork_writer(spec.fork_model)

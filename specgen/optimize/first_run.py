@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgen.engines.timing_model import TimingModel
-from specgen.engines.trace import Iteration, Trace
 from specgen.messages import CandidateRecord, CandidateSubmission, OptimizeResult
+from specgen.traces.format import Iteration, Trace
 
 
 def generation_s(iteration: Iteration, prompt_tokens: int, timing: TimingModel,
@@ -168,7 +168,7 @@ def unevaluated_answers(result: OptimizeResult, trace: Trace) -> dict[int, str]:
     """iteration -> the trace's final answer program, for the iterations whose answer the run
     did not evaluate (it stopped their reasoning first); an answer without a program is left out
     (judging it would take no time: its sequential service time is 0)."""
-    from specgen.optimize.extraction import extract_candidate
+    from specgen.traces.extraction import extract_candidate
 
     programs = {}
     for record in result.iterations:

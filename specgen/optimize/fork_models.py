@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from specgen.engines.base import Engine, GenerationParams
-from specgen.engines.trace import Iteration
-from specgen.optimize.extraction import extract_candidate, find_drafts, first_naming
+from specgen.traces.extraction import extract_candidate, find_drafts, first_naming
+from specgen.traces.format import Iteration
 
 def latest_draft(text: str) -> str | None:
     """The last complete `ModelNew` program in `text` (a closed fenced block or an unfenced

@@ -41,7 +41,6 @@ from specgen.messages import (
 from specgen.optimize import prompts
 from specgen.backend import BackendLoad, EvaluationBackend
 from specgen.optimize.dedup import Deduplicator, fingerprint
-from specgen.optimize.extraction import extract_candidate
 from specgen.optimize.fork_prompt import ForkPromptBuilder
 from specgen.optimize.forker import Forker, ForkTally, closing
 from specgen.optimize.metrics import compute_metrics
@@ -55,6 +54,7 @@ from specgen.optimize.termination import (
 )
 from specgen.optimize.triggers import TriggerPolicy, build_trigger_policy
 from specgen.runtime.ids import new_id
+from specgen.traces.extraction import extract_candidate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

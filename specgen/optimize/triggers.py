@@ -21,7 +21,7 @@ from typing import Protocol
 
 from specgen.messages import TriggerSettings
 from specgen.backend import BackendLoad
-from specgen.optimize.extraction import CodeBlockScanner
+from specgen.traces.extraction import CodeBlockScanner
 
 
 @dataclass

@@ -24,10 +24,10 @@ from specgen.engines.timing_model import TimingModel
 from specgen.errors import UsageError
 from specgen.messages import TriggerSettings
 from specgen.optimize.dedup import fingerprint
-from specgen.optimize.extraction import extract_candidate
 from specgen.optimize.fork_models import fork_writer
-from specgen.optimize.synthetic import CHARS_PER_TOKEN, LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
+from specgen.traces.extraction import extract_candidate
+from specgen.traces.synthetic import CHARS_PER_TOKEN, LANGS, CandidateLibrary, generate_turn
 
 # The loop streams reasoning in deltas; the trigger scan reads the text in deltas of this many
 # tokens (a modelled engine's stream granularity is one token; triggers are edge-triggered on

@@ -35,13 +35,13 @@ from specgen.messages import (
 )
 from specgen.optimize.fork_prompt import FORK_INSTRUCTION, FORK_STOP
 from specgen.optimize.modes import Mechanisms
-from specgen.optimize.synthetic import CHARS_PER_TOKEN
 from specgen.optimize.termination import JobStanding, VerdictView, default_criterion
 from specgen.optimize.triggers import TriggerContext, build_trigger_policy
 from specgen.runtime.journal import Journal
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import RuntimeSettings
 from specgen.simulate.model import Correctness, ServiceTimes, TurnScript, program_key
+from specgen.traces.synthetic import CHARS_PER_TOKEN
 
 STEP_TOKENS = 256            # reasoning advances at most this far between rate updates
 # The fork prompt's uncached part: the closing think tag and the loop's own instruction.

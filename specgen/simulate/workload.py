@@ -8,9 +8,9 @@ from typing import Any
 from specgen.engines.timing_model import TimingModel
 from specgen.errors import UsageError
 from specgen.messages import TriggerSettings
-from specgen.optimize.synthetic import CandidateLibrary
 from specgen.simulate.model import ServiceTimes, TurnBank
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
+from specgen.traces.synthetic import CandidateLibrary
 
 # GPUs per reasoning engine: the tensor-parallel degree the TimingModel's default decode curve was
 # measured at (TP8, see specgen/engines/timing_model.py).

@@ -6,11 +6,11 @@ import random
 import pytest
 
 from specgen.bench.ceiling import ceiling, pooled, share_of_saving, turn_ceiling
-from specgen.engines.trace import Iteration, TraceBuilder
-from specgen.optimize.extraction import kernel_bodies
-from specgen.optimize.synthetic import LANGS, CandidateLibrary, generate_turn
+from specgen.traces.format import Iteration, TraceBuilder
+from specgen.traces.extraction import kernel_bodies
+from specgen.traces.synthetic import LANGS, CandidateLibrary, generate_turn
 from specgen.optimize.triggers import InlineCodeBlock, TriggerContext, TriggerPolicy
-from tests.optimize.test_extraction import AFTER, CUDA_PROGRAM, PROSE, TRITON_PROGRAM
+from tests.traces.test_extraction import AFTER, CUDA_PROGRAM, PROSE, TRITON_PROGRAM
 
 
 def turn(reasoning: str, final: str) -> Iteration:

@@ -11,8 +11,8 @@ from specgen.bench.virtual import _programs
 from specgen.cli import main
 from specgen.messages import TriggerSettings
 from specgen.optimize.bench_problems import generated_problems
-from specgen.optimize.extraction import extract_candidate, first_naming
-from specgen.optimize.synthetic import CandidateLibrary, generate_turn
+from specgen.traces.extraction import extract_candidate, first_naming
+from specgen.traces.synthetic import CandidateLibrary, generate_turn
 from specgen.simulate.model import ServiceTimes, program_key, script_turn
 
 

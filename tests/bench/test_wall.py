@@ -14,11 +14,11 @@ from specgen.bench.report import _union, geomean_ci, summarize
 from specgen.bench.wall import BenchRun, _one_job
 from specgen.cli import main
 from specgen.errors import UsageError
-from specgen.engines.trace import TraceBuilder
+from specgen.traces.format import TraceBuilder
 from specgen.messages import JobMetrics, OptimizeResult, Verdict
 from specgen.optimize import loop
 from specgen.optimize.bench_problems import generated_problems, problems_from_traces
-from specgen.optimize.bundled import bundled_problem
+from specgen.traces.bundled import bundled_problem
 
 
 def test_union_and_geomean() -> None:

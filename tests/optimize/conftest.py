@@ -19,7 +19,6 @@ from specgen.runtime.inprocess import InProcessCluster
 
 DATA = Path(__file__).resolve().parents[2] / "specgen" / "data"
 PROBLEMS = DATA / "problems"
-TRACE_SOURCES = DATA / "traces" / "sources"
 
 # Enough to tell a correct kernel from a wrong one and a slow one from a fast one; fast on CPU.
 TEST_EVAL_OPTIONS = EvalOptions(trials=2, timing_trials=5, warmup=1, second_shape=False,

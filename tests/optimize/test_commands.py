@@ -10,7 +10,7 @@ import pytest
 
 from specgen.cli import main
 from specgen.messages import OptimizeEvent, OptimizeResult
-from specgen.optimize.bundled import bundled_problem
+from specgen.traces.bundled import bundled_problem
 
 from .chrome_trace import load_chrome_trace
 from .conftest import PROBLEMS

@@ -41,9 +41,9 @@ def test_a_new_engine_is_one_spec_one_builder_and_one_registration() -> None:
     """The worked example of docs/engines.md: an engine registered once is offered by
     `specgen optimize --llm`, `specgen bench --llm` and a scheduler job's options alike."""
     from specgen.cli import build_parser
-    from specgen.optimize.bundled import bundled_trace
     from specgen.optimize.job import engine_from_options
-    from specgen.optimize.trace_replay import IterationReplayEngine
+    from specgen.traces.bundled import bundled_trace
+    from specgen.traces.pinned_replay import IterationReplayEngine
 
     def fast_replay(spec: FastReplaySpec, problem_name: str) -> IterationReplayEngine:
         return IterationReplayEngine(bundled_trace(problem_name), speed=spec.speed)

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgen.engines.base import GenerationParams
-from specgen.engines.modelled import ModelledEngine
 from specgen.engines.timing_model import TimingModel
-from specgen.engines.trace import Trace, TraceBuilder
 from specgen.eval.loader import load_candidate, load_problem
 from specgen.messages import (
     CandidateRecord,
@@ -25,7 +23,8 @@ from specgen.messages import (
     Verdict,
 )
 from specgen.optimize import first_run
-from specgen.optimize.bundled import (
+from specgen.optimize.fork_models import fork_writer
+from specgen.traces.bundled import (
     DEFAULT_CPU_PROBLEM,
     DEFAULT_PROBLEM,
     bundled_problem,
@@ -34,8 +33,9 @@ from specgen.optimize.bundled import (
     default_run,
     generated_trace_path,
 )
-from specgen.optimize.extraction import extract_candidate
-from specgen.optimize.fork_models import fork_writer
+from specgen.traces.extraction import extract_candidate
+from specgen.traces.format import Trace, TraceBuilder
+from specgen.traces.modelled import ModelledEngine
 
 REPO = Path(__file__).resolve().parents[2]
 

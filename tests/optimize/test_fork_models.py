@@ -7,10 +7,10 @@ import statistics
 import pytest
 
 from specgen.bench.ceiling import ceiling
-from specgen.engines.trace import TraceBuilder
-from specgen.optimize.extraction import extract_candidate, kernel_bodies
+from specgen.traces.format import TraceBuilder
+from specgen.traces.extraction import extract_candidate, kernel_bodies
 from specgen.optimize.fork_models import DraftWriter, NamedWriter, fork_writer, latest_draft
-from specgen.optimize.synthetic import CandidateLibrary, generate_traces
+from specgen.traces.synthetic import CandidateLibrary, generate_traces
 
 KERNEL_A = ("import triton\nclass ModelNew:\n    pass\n@triton.jit\ndef alpha_kernel(x):\n"
             "    return x\n")
@@ -115,7 +115,7 @@ def test_a_new_fork_model_is_one_class_and_one_registration(tmp_path) -> None:
 
     from specgen.cli import main
     from specgen.optimize import fork_models
-    from specgen.optimize.extraction import find_drafts
+    from specgen.traces.extraction import find_drafts
     from specgen.optimize.fork_models import ReplayWriter, register_fork_model
 
     class FirstDraftWriter(ReplayWriter):

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from specgen.engines.replay_engine import ReplayEngine
-from specgen.optimize.bundled import bundled_trace
 from specgen.optimize.fork_prompt import FORK_INSTRUCTION, ForkPromptBuilder
+from specgen.traces.bundled import bundled_trace
+from specgen.traces.replay import ReplayEngine
 
 
 class CountingReplay(ReplayEngine):

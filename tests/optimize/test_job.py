@@ -74,9 +74,9 @@ def test_engine_options_are_checked() -> None:
 def test_the_optimize_loop_runs_as_a_scheduler_job(tmp_path) -> None:
     """Submitted to a real local scheduler: its reasoner process runs the loop, its node's
     workers evaluate, the client sees the events and the result."""
-    from specgen.optimize.bundled import bundled_problem
     from specgen.runtime.local import LocalCluster
     from specgen.runtime.settings import RuntimeSettings
+    from specgen.traces.bundled import bundled_problem
 
     settings = RuntimeSettings(eval_options={"trials": 2, "timing_trials": 5, "warmup": 1,
                                              "second_shape": False, "randomized_params": False})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
-from specgen.optimize.bundled import PROBLEMS_DIR
+from specgen.traces.bundled import PROBLEMS_DIR
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from specgen.engines.trace import TraceBuilder
 from specgen.backend import BackendLoad
 from specgen.messages import CandidateSubmission, CandidateUpdate, OptimizeSpec, TriggerSettings, Verdict
-from specgen.optimize.bundled import bundled_problem, bundled_trace
 from specgen.optimize.fork_prompt import FORK_INSTRUCTION
 from specgen.optimize.loop import OptimizeJob, run_job
-from specgen.optimize.trace_replay import IterationReplayEngine
+from specgen.traces.bundled import bundled_problem, bundled_trace
+from specgen.traces.format import TraceBuilder
+from specgen.traces.pinned_replay import IterationReplayEngine
 
 from .conftest import PROBLEMS, local_backend, run
 

@@ -11,8 +11,8 @@ import asyncio
 import pytest
 
 from specgen.messages import OptimizeSpec, TriggerSettings
-from specgen.optimize.bundled import bundled_problem
 from specgen.optimize.loop import run_job
+from specgen.traces.bundled import bundled_problem
 
 from .conftest import local_backend
 
@@ -65,9 +65,9 @@ def test_whole_loop_on_vllm_with_feedback_and_prefix_cache(tiny_model_path, eval
 def test_fork_model_on_a_live_engine_closes_the_loop(tiny_model_path, eval_workers) -> None:
     """Replayed reasoning, forks written by vLLM from the actual fork prompt (--fork-model model)."""
     from specgen.engines.vllm_engine import VLLMEngine
-    from specgen.optimize.bundled import bundled_trace
     from specgen.optimize.fork_models import EngineWriter
-    from specgen.optimize.trace_replay import IterationModelledEngine
+    from specgen.traces.bundled import bundled_trace
+    from specgen.traces.pinned_replay import IterationModelledEngine
 
     spec = OptimizeSpec(
         job_id="fork-model-live", problem_name="fused_elementwise",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
-from specgen.optimize.bundled import bundled_problem
 from specgen.runtime.local import LocalCluster
+from specgen.traces.bundled import bundled_problem
 
 # A problem with a hand-written trace of several iterations (the runtime behaviour under test needs
 # a job that is still running after its first one), named rather than left to the host's default.

@@ -15,8 +15,8 @@ from pathlib import Path
 import msgspec
 
 from specgen.messages import OptimizeResult
-from specgen.optimize.bundled import bundled_problem
 from specgen.optimize.outputs import JOURNAL_DIR, LOOP_JOURNAL, SCHEDULER_STATE, ResumedRun
+from specgen.traces.bundled import bundled_problem
 
 # A hand-written trace of several iterations (a run killed after its first one has more to do).
 COMMAND = [sys.executable, "-m", "specgen.cli", "optimize", str(bundled_problem("fused_elementwise")),

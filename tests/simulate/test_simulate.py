@@ -160,8 +160,8 @@ def test_measured_verdicts_override_the_library_labels(tmp_path) -> None:
     """A kernel labelled honest that failed its validations in the measured run is incorrect in
     the simulation (and one labelled wrong that passed is correct)."""
     from specgen.optimize.dedup import fingerprint
-    from specgen.optimize.synthetic import CandidateLibrary
     from specgen.simulate.model import Correctness
+    from specgen.traces.synthetic import CandidateLibrary
 
     library = CandidateLibrary.load()
     honest = next(c for c in library.candidates if c.kind == "honest")

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specgen.engines.base import EngineError
-from specgen.engines.trace_tokenizer import TOKENIZER_KIND as PIECES_KIND
-from specgen.engines.trace_tokenizer import PieceTokenizer
 from specgen.errors import UsageError
+from specgen.traces.tokenizer import PieceTokenizer
+from specgen.traces.tokenizer import TOKENIZER_KIND as PIECES_KIND
 
 TRACE_FORMAT = "specgen-trace"
 TRACE_VERSION = 1

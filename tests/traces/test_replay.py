@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from specgen.engines.base import EngineError, GenerationParams, TokenDelta
-from specgen.engines.replay_engine import ReplayEngine
-from specgen.engines.trace import Trace, TraceBuilder, TraceFormatError
+from specgen.traces.format import Trace, TraceBuilder, TraceFormatError
+from specgen.traces.replay import ReplayEngine
 
 RATE = 400.0   # tokens/s: fast enough for tests, slow enough to measure
 

@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 import pytest
 
-from specgen.engines.trace import Trace, TraceBuilder, TraceFormatError
-from specgen.errors import UsageError
 from specgen.engines.base import EngineError
+from specgen.errors import UsageError
+from specgen.traces.format import Trace, TraceBuilder, TraceFormatError
 
 REASONING = (
     "The reference applies ReLU elementwise. A first kernel: one program per block of 1024 elements. "

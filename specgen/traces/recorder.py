@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
-from specgen.engines.trace import (
+from specgen.traces.format import (
     DEFAULT_FORK_SUFFIX,
     HUGGINGFACE_KIND,
     Chunk,
@@ -28,7 +28,7 @@ from specgen.engines.trace import (
     Trace,
     TraceMetadata,
 )
-from specgen.engines.trace_tokenizer import TOKENIZER_KIND as PIECES_KIND
+from specgen.traces.tokenizer import TOKENIZER_KIND as PIECES_KIND
 
 NextMessages = Callable[[int, list[dict[str, str]], str], "list[dict[str, str]] | None"]
 
@@ -83,7 +83,7 @@ def default_next_messages(index: int, messages: list[dict[str, str]], final_text
 
 def tokenizer_spec_of(engine: Engine) -> dict[str, str]:
     """How a trace names the tokenizer of `engine`'s ids."""
-    from specgen.engines.replay_engine import ReplayEngine
+    from specgen.traces.replay import ReplayEngine
 
     if isinstance(engine, ReplayEngine):
         return dict(engine.trace.metadata.tokenizer)

@@ -8,8 +8,8 @@ any engine that has it, before iteration k's streams start.
 """
 from __future__ import annotations
 
-from specgen.engines.modelled import ModelledEngine
-from specgen.engines.replay_engine import ReplayEngine
+from specgen.traces.modelled import ModelledEngine
+from specgen.traces.replay import ReplayEngine
 
 
 class IterationPinning:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import asyncio
 
 from specgen.engines.base import GenerationParams
-from specgen.engines.trace import TraceBuilder
-from specgen.optimize.trace_replay import IterationReplayEngine
+from specgen.traces.format import TraceBuilder
+from specgen.traces.pinned_replay import IterationReplayEngine
 
 
 def three_iterations():

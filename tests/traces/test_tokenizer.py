@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import random
 
-from specgen.engines.trace_tokenizer import MAX_PIECE_CHARS, SPECIAL_TOKENS, PieceTokenizer, render_chat, split_pieces
+from specgen.traces.tokenizer import MAX_PIECE_CHARS, SPECIAL_TOKENS, PieceTokenizer, render_chat, split_pieces
 
 
 def test_pieces_cover_text_and_respect_length() -> None:

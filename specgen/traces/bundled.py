@@ -5,7 +5,7 @@ Problems live in `specgen/data/problems/NAME.py`; a trace for problem NAME in
 `specgen/data/traces/sources/`). `specgen optimize` with no problem and no engine runs
 `DEFAULT_PROBLEM` from its hand-written trace on a host with a GPU, and on a host without one
 `DEFAULT_CPU_PROBLEM` from its generated trace in `specgen/data/traces/generated/` (made by
-`tools/make_traces.py --generated`: one turn of `specgen.optimize.synthetic`, seed 0).
+`tools/make_traces.py --generated`: one turn of `specgen.traces.synthetic`, seed 0).
 
 `DEFAULT_CPU_PROBLEM` is the bundled problem whose honest C++ candidate
 (`candidates/<problem>_cpp.py`) measured fastest against its reference on a 2-core CPU at the CPU

@@ -4,7 +4,7 @@
     specgen trace import stream.jsonl --out traces/                     # arrival times kept
     specgen trace import answer.txt --prompt prompt.md --out traces/ --tokens-per-s 40
 
-The formats and rules are in `specgen.optimize.trace_import`'s docstring.
+The formats and rules are in `specgen.traces.importing`'s docstring.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from specgen.optimize.trace_import import MAX_RECORD_MB, ImportInterrupted, import_traces_detailed
+    from specgen.traces.importing import MAX_RECORD_MB, ImportInterrupted, import_traces_detailed
 
     warnings: list[str] = []
     try:

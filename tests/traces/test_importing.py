@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.engines.conftest import loop, tiny_model_path, tiny_tokenizer  # noqa: F401  (fixtures)
 from specgen.cli import main as cli_main
 from specgen.engines.base import GenerationParams
-from specgen.engines.replay_engine import ReplayEngine
-from specgen.engines.trace import Trace, TraceFormatError
 from specgen.errors import UsageError
-from specgen.optimize.bundled import bundled_problems
-from specgen.optimize.trace_import import TraceImportError, TraceImportWarning, embedded_sources, import_traces
+from specgen.traces.bundled import bundled_problems
+from specgen.traces.format import Trace, TraceFormatError
+from specgen.traces.importing import TraceImportError, TraceImportWarning, embedded_sources, import_traces
+from specgen.traces.replay import ReplayEngine
 
 SOFTMAX = bundled_problems()["softmax"].read_text()
 LAYERNORM = bundled_problems()["layernorm"].read_text()
@@ -614,10 +613,10 @@ def test_size_limit_in_arrays_streams_and_plain_text(tmp_path: Path) -> None:
 
 
 def test_records_across_read_blocks(tmp_path: Path, monkeypatch: Any) -> None:
-    from specgen.optimize import trace_import
+    from specgen.traces.importing import text as importing_text
 
     # Tiny blocks: every record, string, escape and line end is cut somewhere.
-    monkeypatch.setattr(trace_import, "_BLOCK_BYTES", 7)
+    monkeypatch.setattr(importing_text, "_BLOCK_BYTES", 7)
     records = [_record("Ré\\sön \"quoted\"\n" * 3, "a ✓", turn=0), _record("Next.", "b", turn=1)]
     lines = tmp_path / "r.jsonl"
     lines.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r, indent=1) + "\r\n" for r in records).encode())
@@ -672,7 +671,7 @@ def test_independent_samples_are_single_turn_traces_with_stable_names(tmp_path: 
     source = write_jsonl(tmp_path / "samples.jsonl", records)
     imported: list[Any] = []
     for out in ("out", "again"):
-        from specgen.optimize.trace_import import import_traces_detailed
+        from specgen.traces.importing import import_traces_detailed
 
         imported.append(import_traces_detailed([source], tmp_path / out, tokens_per_s=40.0))
     first = imported[0]
@@ -762,7 +761,7 @@ import signal, sys, time
 from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal, whatever started the tests
 from specgen.cli import main
-from specgen.engines.trace import Trace
+from specgen.traces.format import Trace
 saved = Path(sys.argv[1])
 real_save = Trace.save
 def save(self, path):
@@ -815,8 +814,8 @@ def test_sigterm_raises_in_process_and_a_second_signal_waits_for_the_undo(tmp_pa
     import shutil
     import signal
 
-    from specgen.engines import trace as trace_module
-    from specgen.optimize.trace_import import ImportInterrupted
+    from specgen.traces import format as trace_module
+    from specgen.traces.importing import ImportInterrupted
 
     calls: list[str] = []
     before = signal.getsignal(signal.SIGTERM)

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from specgen.optimize.extraction import extract_candidate, find_drafts, kernel_bodies
-from specgen.optimize.synthetic import (
+from specgen.traces.extraction import extract_candidate, find_drafts, kernel_bodies
+from specgen.traces.synthetic import (
     CHARS_PER_TOKEN,
     LANGS,
     CandidateLibrary,

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from specgen.engines.trace import Trace
 from specgen.eval.loader import load_candidate, load_problem
-from specgen.optimize.bundled import (
+from specgen.traces.bundled import (
     DEFAULT_PROBLEM,
     bundled_problem,
     bundled_problems,
     bundled_trace,
     bundled_traces,
 )
-from specgen.optimize.extraction import extract_candidate, extract_fork_candidate
+from specgen.traces.extraction import extract_candidate, extract_fork_candidate
+from specgen.traces.format import Trace
 
 from .conftest import TRACE_SOURCES
 

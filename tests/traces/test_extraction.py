@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from specgen.optimize.bundled import PROBLEMS_DIR
-from specgen.optimize.extraction import (
+from specgen.traces.bundled import PROBLEMS_DIR
+from specgen.traces.extraction import (
     CodeBlockScanner,
     defines_model_new,
     extract_candidate,

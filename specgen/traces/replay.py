@@ -24,7 +24,7 @@ from typing import AsyncIterator, Iterable, Literal
 
 from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
 from specgen.engines.request_tracking import ActiveRequest, ActiveRequests, check_fork_args, check_params, check_prompt_ids
-from specgen.engines.trace import Chunk, Iteration, Trace
+from specgen.traces.format import Chunk, Iteration, Trace
 
 ExtraIterations = Literal["repeat_last", "wrap"]
 

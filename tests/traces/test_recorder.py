@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from specgen.engines.base import GenerationParams
-from specgen.engines.recorder import RecordingPlan, record_trace
-from specgen.engines.replay_engine import ReplayEngine
-from specgen.engines.trace import Trace, TraceBuilder
+from specgen.traces.format import Trace, TraceBuilder
+from specgen.traces.recorder import RecordingPlan, record_trace
+from specgen.traces.replay import ReplayEngine
 
 MESSAGES = [{"role": "user", "content": "Make ReLU fast."}]
 

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from specgen.engines.base import GenerationParams
-from specgen.engines.modelled import ModelledEngine
 from specgen.engines.timing_model import TimingModel
-from specgen.engines.trace import Trace, TraceBuilder
+from specgen.traces.format import Trace, TraceBuilder
+from specgen.traces.modelled import ModelledEngine
 
 
 class FixedWriter:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import AsyncIterator, Protocol
 
 from specgen.engines.base import EngineError, GenerationParams, TokenDelta
-from specgen.engines.replay_engine import ExtraIterations, ReplayEngine
 from specgen.engines.request_tracking import ActiveRequest, check_fork_args
 from specgen.engines.timing_model import TimingModel
-from specgen.engines.trace import Iteration, Trace
+from specgen.traces.format import Iteration, Trace
+from specgen.traces.replay import ExtraIterations, ReplayEngine
 
 STEP_S = 0.02          # wall seconds between decode steps
 CACHE_BLOCK = 16       # tokens per prefix-cache block (vLLM's default on GPUs)
