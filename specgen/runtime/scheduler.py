@@ -276,7 +276,7 @@ class SchedulerActor:
             # holds everything committed, so a restart resumes from there.
             log.exception("scheduler failed")
             dead = wire.encode(DeadNotice(name="scheduler", reason=f"{type(exc).__name__}: {exc}"))
-            for peer in list(core.peers):
+            for peer in list(core.registry.peers):
                 self._send([peer, *dead])
             raise
 
