@@ -71,7 +71,8 @@ class AssignmentPolicy:
         self.queues = {p: RequestQueue(self.rule) for p in POOLS}
         self.pools = PoolController(settings)
         self.lending = self.pools.elastic and settings.lend_idle_workers
-        self.kv = KvPoolSteward(settings.kv_reserve_bytes, settings.kv_regrow_idle_s, settings.kv_pool_timeout_s)
+        s = settings
+        self.kv = KvPoolSteward(s.kv_reserve_bytes, s.kv_regrow_idle_s, s.kv_pool_timeout_s)
         self._placements: tuple[int, list[WorkerPlacement]] = (-1, [])   # (workers_version, list)
 
     # -- requests ---------------------------------------------------------------------------

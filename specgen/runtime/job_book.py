@@ -2,14 +2,13 @@
 events, and what of them goes to the journal.
 
 A part of `SchedulerCore` (scheduler_core.py). It owns `jobs` and `jobs_finished`. A job's
-requests enter the queues (the assignment policy's, through the callbacks the core passes in) here
+requests enter the queues (the assignment policy's, reached through what the core hands in) here
 (`_enqueue_job_request`) and leave them here with a recorded result (`complete`) or a drop
-(`drop`); a one-off request's result or drop is handed back to the assignment policy, whose it is.
+(`drop`); a one-off request's result or drop goes back to the assignment policy, whose it is.
 
-A job's requests are taken only from those who may act for it (runtime/ownership.py; the gate is
-job_access.py):
-its owner, bound here when the job is created or first submitted to and journaled with it, its
-reasoner and the admin. A refusal changes nothing of the job.
+A job's requests are taken only from those who may act for it (runtime/ownership.py; the gate,
+`access`, is job_access.py): its owner, bound here when the job is created or first submitted to
+and journaled with it, its reasoner and the admin. A refusal changes nothing of the job.
 """
 from __future__ import annotations
 

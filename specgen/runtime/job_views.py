@@ -61,7 +61,8 @@ class JobViews:
     def on_resync(self, peer: bytes, msg: ResyncUpdates, now: float) -> None:
         # All or nothing: one job that is not the sender's refuses the whole request.
         for job_id in msg.job_ids:
-            if not self.access.may_act(peer, job_id, self.access.owner_of(job_id), "resync the updates of", msg.call_id):
+            owner = self.access.owner_of(job_id)
+            if not self.access.may_act(peer, job_id, owner, "resync the updates of", msg.call_id):
                 return
         for job_id in msg.job_ids:
             job = self.jobs.get(job_id)

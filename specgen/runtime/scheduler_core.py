@@ -159,7 +159,8 @@ class SchedulerCore:
             WorkerExited: (reg.on_worker_exited, {"node"}),
         }
 
-    def _peer_lost(self, peer: bytes, known: Peer | None, w: WorkerState | None, reason: str, now: float) -> None:
+    def _peer_lost(self, peer: bytes, known: Peer | None, w: WorkerState | None, reason: str,
+                   now: float) -> None:
         """What a lost peer leaves behind, after the registry forgot it: the request its worker
         held goes back to its queue, its jobs lose it as reasoner, submitter and subscriber, and a
         lost caller's one-off requests are dropped (nobody will read the answer)."""

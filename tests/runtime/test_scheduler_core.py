@@ -771,7 +771,8 @@ def test_a_job_takes_candidates_cancels_and_reads_from_its_owner_only() -> None:
     h = _owners(Harness())
     w = _worker(h)
     [a] = assigns(h.submit("c000", job="J", peer=VICTIM, profile=False))
-    before = (h.core.book.jobs["J"].submitter, set(h.core.book.jobs["J"].subscribers), dict(h.core.book.jobs["J"].candidates))
+    job = h.core.book.jobs["J"]
+    before = (job.submitter, set(job.subscribers), dict(job.candidates))
     attacks = [
         (SubmitCandidate(call_id=h.call_id(), submission=CandidateSubmission(
             job_id="J", candidate_id="c001", problem_name="p", problem_source=PROBLEM,
