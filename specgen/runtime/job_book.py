@@ -1,16 +1,14 @@
 """The scheduler core's job book: jobs and their states, their candidates and verdicts, their
 events, and what of them goes to the journal.
 
-Part of `SchedulerCore` (scheduler_core.py), which composes it with the worker registry
-(worker_registry.py) and the assignment policy (assignment.py); all three share one state on the
-core. This part owns `jobs`, `jobs_finished` and the feedback latencies. A job's requests enter
-the queues here (`_enqueue_job_request`) and leave them here with a recorded result
-(`_complete`) or a drop (`_drop`); one-off requests (`EvaluateRequest`) belong to no job and are
-answered straight to their caller.
+A part of `SchedulerCore` (scheduler_core.py). It owns `jobs` and `jobs_finished`. A job's
+requests enter the queues (the assignment policy's, reached through what the core hands in) here
+(`_enqueue_job_request`) and leave them here with a recorded result (`complete`) or a drop
+(`drop`); a one-off request's result or drop goes back to the assignment policy, whose it is.
 
-A job's requests are taken only from those who may act for it (runtime/ownership.py): its owner,
-bound here when the job is created or first submitted to and journaled with it, its reasoner
-and the admin. A refusal (`_refuse_not_owner`) changes nothing of the job.
+A job's requests are taken only from those who may act for it (runtime/ownership.py; the gate,
+`access`, is job_access.py): its owner, bound here when the job is created or first submitted to
+and journaled with it, its reasoner and the admin. A refusal changes nothing of the job.
 """
 from __future__ import annotations
 
@@ -19,19 +17,24 @@ import heapq
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import msgspec
 
+from specgen.clock import Clock
 from specgen.messages import (
     Ack, CancelJob, CancelWork, CandidateSubmission, CandidateUpdate, CandidateUpdateNotice, CreateJob,
-    ErrorReply, EvaluateReply, GetJob, JobCreated, JobEvent, JobEventNotice, JobResult, JobSpec, JobStatus,
-    JobStatusReply, ReportJobEvent, ReportJobResult, ResyncUpdates, SubmitAck, SubmitCandidate,
-    SubscribeJob, Verdict,
+    ErrorReply, Hello, JobCreated, JobEvent, JobEventNotice, JobResult, JobSpec, ReportJobEvent,
+    ReportJobResult, SubmitAck, SubmitCandidate, Verdict, _Wire,
 )
 from specgen.runtime.ids import new_job_id
-from specgen.runtime.ownership import may_act_for, not_owner
+from specgen.runtime.journal import Journal
+from specgen.runtime.job_access import JobAccess
 from specgen.runtime.priority import QueuedRequest
+from specgen.runtime.settings import RuntimeSettings
+
+if TYPE_CHECKING:
+    from specgen.runtime.worker_registry import Peer, WorkerState
 
 log = logging.getLogger("specgen.runtime.scheduler_core")   # one logger for the whole core
 
@@ -69,24 +72,55 @@ def _best(updates: dict[tuple[str, str], CandidateUpdate]) -> tuple[str | None, 
 
 
 class JobBook:
-    """Jobs, their candidates, verdicts and events (a mixin of `SchedulerCore`).
+    """Jobs, their candidates, verdicts and events."""
 
-    Uses from the core: `settings`, `journal`, `scheduler_id`, `clock` and `wall`, `seq`,
-    `counters`, `actions`, `reply()`; the worker registry's `peers`, `workers`; the assignment
-    policy's `running`, `direct`, `_push`, `_unqueue`, `_total_queued`.
-    """
-
-    def init_jobs(self) -> None:
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        journal: Journal,
+        clock: Clock,
+        wall: Callable[[], float],
+        seq: Iterator[int],
+        counters: collections.Counter,
+        reply: Callable[[bytes, _Wire], None],
+        *,
+        peers: Mapping[bytes, Peer],
+        workers: Mapping[bytes, WorkerState],
+        running: Mapping[str, QueuedRequest],
+        push: Callable[..., None],
+        unqueue: Callable[[QueuedRequest], None],
+        total_queued: Callable[[], int],
+        answer_direct: Callable[[QueuedRequest, CandidateUpdate], None],
+        act: Callable[[str, str], None],
+        on_feedback: Callable[[float], None],
+    ) -> None:
+        """`peers` and `workers` are the worker registry's; `running`, `push`, `unqueue`,
+        `total_queued` and `answer_direct` (a one-off request's result) the assignment policy's.
+        `act(action, job_id)`: start or stop a job's reasoner; `on_feedback(latency)`: a profiling
+        verdict's feedback latency (from the candidate's extraction to its verdict)."""
+        self.settings = settings
+        self.journal = journal
+        self.clock = clock
+        self.wall = wall
+        self.seq = seq
+        self.counters = counters
+        self.reply = reply
+        self.peers = peers
+        self.workers = workers
+        self.running = running
+        self.push = push
+        self.unqueue = unqueue
+        self.total_queued = total_queued
+        self.answer_direct = answer_direct
+        self.act = act
+        self.on_feedback = on_feedback
+        self.access = JobAccess(peers, self.owner_of, counters, clock, reply)
         self.jobs: dict[str, JobState] = {}
         # When a running job may next be due to end by itself, so that a tick looks at those jobs
         # only: (monotonic time, job id) of reasoners to register by, (wall time, job id) of deadlines.
         self._reasoner_due: list[tuple[float, str]] = []
         self._deadline_due: list[tuple[float, str]] = []
-        self.feedback_latencies: collections.deque[float] = collections.deque(maxlen=20_000)
         self.jobs_finished: collections.Counter[str] = collections.Counter()   # by result status
-        # Called with each feedback latency as it is recorded (the metrics' histogram).
-        self.feedback_observer: Callable[[float], None] | None = None
-        self._not_owner_logged: dict[str, float] = {}   # peer name -> last not-owner warning
 
     def resume(self) -> None:
         """Rebuild running jobs from the journal: re-queue every stage that has no verdict yet."""
@@ -119,7 +153,11 @@ class JobBook:
             heapq.heappush(self._reasoner_due, (job.reasoner_started + self.settings.ready_timeout_s,
                                                 job.spec.job_id))
 
-    def _expire_jobs(self, now: float) -> None:
+    def is_running(self, job_id: str) -> bool:
+        job = self.jobs.get(job_id)
+        return job is not None and job.state == "running"
+
+    def expire(self, now: float) -> None:
         # Only the jobs whose check is due: a tick costs nothing per job otherwise.
         while self._reasoner_due and self._reasoner_due[0][0] < now:
             job = self.jobs.get(heapq.heappop(self._reasoner_due)[1])
@@ -139,8 +177,7 @@ class JobBook:
                     error=f"wall time of {job.spec.wall_time_s:g} s used up and the reasoner did not "
                           f"finish within {self.settings.job_grace_s:g} s more (setting job_grace_s)"), now)
 
-    # -- ownership ----------------------------------------------------------------------------
-    def _owner_of(self, job_id: str) -> str | None:
+    def owner_of(self, job_id: str) -> str | None:
         """The owner of a running or journaled job; None when the scheduler never had it."""
         job = self.jobs.get(job_id)
         if job is not None:
@@ -148,25 +185,25 @@ class JobBook:
         rec = self.journal.job(job_id)
         return rec.owner if rec is not None else None
 
-    def _refuse_not_owner(self, peer: bytes, job_id: str, action: str, ref: int) -> None:
-        self.counters["requests_not_owner"] += 1
-        known = self.peers[peer]
-        now = self.clock.now()
-        last = self._not_owner_logged.get(known.name)
-        if last is None or now - last > 60.0:   # one warning per peer a minute
-            if len(self._not_owner_logged) > 1000:
-                self._not_owner_logged.clear()
-            self._not_owner_logged[known.name] = now
-            log.warning("refused %s %r (peer %r): may not %s job %s, another's", known.role, known.name,
-                        peer[:40], action, job_id)
-        self.reply(peer, not_owner(job_id, action, ref))
+    # -- peers ------------------------------------------------------------------------------
+    def reasoner_joined(self, peer: bytes, msg: Hello) -> None:
+        """The job's reasoner registered (a job of that id is running: the registry asked first)."""
+        job = self.jobs[msg.name]
+        if job.reasoner_peer != peer:
+            job.reasoner_peer = peer
+            job.submitter = peer
+            job.subscribers.discard(peer)
+            self._emit(job, "reasoner_started", {"attempt": job.attempts, "pid": msg.pid})
 
-    def _may_act(self, peer: bytes, job_id: str, owner: str | None, action: str, ref: int) -> bool:
-        """Whether `peer` may act for the job (`owner`: see _owner_of); if not, it is told so."""
-        if owner is None or may_act_for(self.peers[peer], job_id, owner):
-            return True
-        self._refuse_not_owner(peer, job_id, action, ref)
-        return False
+    def forget_peer(self, peer: bytes) -> None:
+        """A peer is gone: it follows no job, and submits for none."""
+        for job in self.jobs.values():
+            job.subscribers.discard(peer)
+            if job.reasoner_peer == peer:
+                job.reasoner_peer = None
+                self._watch_reasoner(job)   # it has ready_timeout_s from its start to come back
+            if job.submitter == peer:
+                job.submitter = None
 
     # -- candidates and verdicts --------------------------------------------------------------
     def _next_stage(self, job: JobState, sub: CandidateSubmission) -> str | None:
@@ -184,7 +221,7 @@ class JobBook:
         key = (job.spec.job_id, sub.candidate_id, stage)
         req = QueuedRequest(key=key, stage=stage, submission=sub, seq=next(self.seq), deadline=deadline)
         job.live[key] = req
-        self._push(req, self.clock.now() if now is None else now, count_arrival)
+        self.push(req, self.clock.now() if now is None else now, count_arrival)
 
     def on_submit(self, peer: bytes, msg: SubmitCandidate, now: float) -> None:
         sub = msg.submission
@@ -195,13 +232,13 @@ class JobBook:
         known = self.peers[peer]
         if known.role == "reasoner" and known.name != sub.job_id:
             # A reasoner acts for its own job, never for a job id it would make up.
-            self._refuse_not_owner(peer, sub.job_id, "submit candidates to", msg.call_id)
+            self.access.refuse(peer, sub.job_id, "submit candidates to", msg.call_id)
             return
         job = self.jobs.get(sub.job_id)
         if job is None:
             rec = self.journal.job(sub.job_id)
             if rec is not None:
-                if self._may_act(peer, sub.job_id, rec.owner, "submit candidates to", msg.call_id):
+                if self.access.may_act(peer, sub.job_id, rec.owner, "submit candidates to", msg.call_id):
                     self.reply(peer, SubmitAck(call_id=msg.call_id, accepted=False, reason=(
                         f"job {sub.job_id} has ended ({rec.result.status if rec.result else rec.state})")))
                 return
@@ -211,7 +248,7 @@ class JobBook:
             job = JobState(spec=spec, has_reasoner=False, owner=known.owner)
             self._add_job(job)
             self.journal.put_job(spec, "running", False, 0, owner=job.owner)
-        elif not self._may_act(peer, sub.job_id, job.owner, "submit candidates to", msg.call_id):
+        elif not self.access.may_act(peer, sub.job_id, job.owner, "submit candidates to", msg.call_id):
             return
         if job.submitter != peer:
             job.submitter = peer
@@ -222,20 +259,20 @@ class JobBook:
                     self.reply(peer, CandidateUpdateNotice(update=upd))
             self.reply(peer, SubmitAck(call_id=msg.call_id, duplicate=True))
             return
-        if self._total_queued() >= self.settings.max_queued_requests:
+        if self.total_queued() >= self.settings.max_queued_requests:
             self.counters["refused_busy"] += 1
             self.reply(peer, SubmitAck(call_id=msg.call_id, accepted=False, reason=(
-                f"busy: {self._total_queued()} requests queued (setting max_queued_requests)")))
+                f"busy: {self.total_queued()} requests queued (setting max_queued_requests)")))
             return
         job.candidates[sub.candidate_id] = sub
         self.journal.put_candidate(sub)
         self._enqueue_job_request(job, sub, "validate", now=now)
         self.reply(peer, SubmitAck(call_id=msg.call_id))
 
-    def _complete(self, req: QueuedRequest, upd: CandidateUpdate, now: float) -> None:
+    def complete(self, req: QueuedRequest, upd: CandidateUpdate, now: float) -> None:
         self.counters["requests_done"] += 1
         if req.direct:
-            self._answer_direct(req, upd)
+            self.answer_direct(req, upd)
             return
         job = self.jobs.get(req.key[0])
         if job is None or job.state != "running":
@@ -247,19 +284,10 @@ class JobBook:
         self._record_update(job, upd)
         sub = req.submission
         if upd.stage in ("profile", "full") and sub.extracted_at > 0 and not upd.cancelled:
-            latency = max(0.0, upd.finished_at - sub.extracted_at)
-            self.feedback_latencies.append(latency)
-            if self.feedback_observer is not None:
-                self.feedback_observer(latency)
+            self.on_feedback(max(0.0, upd.finished_at - sub.extracted_at))
         if upd.stage == "validate" and not upd.cancelled:
             if self._next_stage(job, sub) == "profile":
                 self._enqueue_job_request(job, sub, "profile", now=now)
-
-    def _answer_direct(self, req: QueuedRequest, upd: CandidateUpdate) -> None:
-        """A one-off evaluation (no job) is answered to its caller, if it still waits."""
-        self.direct.pop(req.key, None)
-        if req.reply_to is not None:
-            self.reply(req.reply_to, EvaluateReply(call_id=req.call_id, update=upd))
 
     def _record_update(self, job: JobState, upd: CandidateUpdate) -> None:
         job.updates[(upd.candidate_id, upd.stage)] = upd
@@ -273,7 +301,7 @@ class JobBook:
             "cancelled": upd.cancelled, "error": (v.error or "")[:500] or None,
         })
 
-    def _drop(self, req: QueuedRequest, reason: str) -> None:
+    def drop(self, req: QueuedRequest, reason: str) -> None:
         """Answer a request that will never run (cancelled update / reply)."""
         self.counters["requests_dropped"] += 1
         upd = CandidateUpdate(
@@ -282,7 +310,7 @@ class JobBook:
                                                     code="cancelled"),
             finished_at=self.wall(), cancelled=True)
         if req.direct:
-            self._answer_direct(req, upd)
+            self.answer_direct(req, upd)
             return
         job = self.jobs.get(req.key[0])
         if job is None:
@@ -308,17 +336,17 @@ class JobBook:
         job.reasoner_started = now
         self._watch_reasoner(job)
         self.journal.put_job(job.spec, "running", True, job.attempts, owner=job.owner)
-        self.actions.append(("start_reasoner", job.spec.job_id))
+        self.act("start_reasoner", job.spec.job_id)
 
     def on_create_job(self, peer: bytes, msg: CreateJob, now: float) -> None:
         spec = msg.spec
         if not spec.job_id:
             spec.job_id = new_job_id()
-        owner = self._owner_of(spec.job_id)
+        owner = self.owner_of(spec.job_id)
         if owner is not None:
             # Idempotent for its owner (CreateJob sent again after a restart); an id another
             # client holds is not theirs to create.
-            if self._may_act(peer, spec.job_id, owner, "create", msg.call_id):
+            if self.access.may_act(peer, spec.job_id, owner, "create", msg.call_id):
                 self.reply(peer, JobCreated(call_id=msg.call_id, job_id=spec.job_id))
             return
         if not spec.problem_source.strip():
@@ -346,16 +374,8 @@ class JobBook:
         self._start_reasoner(job, now)
         self.reply(peer, JobCreated(call_id=msg.call_id, job_id=spec.job_id))
 
-    def _may_act_on(self, peer: bytes, job_id: str, verb: str, call_id: int) -> bool:
-        """Whether `peer` may `verb` the job; else answered (unknown job, or not its owner)."""
-        owner = self._owner_of(job_id)
-        if owner is None:
-            self.reply(peer, ErrorReply(code="unknown_job", ref=call_id, message=f"no job {job_id!r}"))
-            return False
-        return self._may_act(peer, job_id, owner, verb, call_id)
-
     def on_cancel_job(self, peer: bytes, msg: CancelJob, now: float) -> None:
-        if not self._may_act_on(peer, msg.job_id, "cancel", msg.call_id):
+        if not self.access.may_act_on(peer, msg.job_id, "cancel", msg.call_id):
             return
         job = self.jobs.get(msg.job_id)
         if job is None:
@@ -385,7 +405,7 @@ class JobBook:
         self.journal.put_job(job.spec, "finished", job.has_reasoner, job.attempts, result, owner=job.owner)
         self._emit(job, "finished", msgspec.to_builtins(result))
         if job.has_reasoner:
-            self.actions.append(("stop_reasoner", job.spec.job_id))
+            self.act("stop_reasoner", job.spec.job_id)
         self.jobs_finished[result.status] += 1
         del self.jobs[job.spec.job_id]
         return dropped
@@ -403,39 +423,10 @@ class JobBook:
                 if w is not None:
                     self.reply(w.peer, CancelWork(request_id=req.request_id))
             else:
-                self._unqueue(req)
-            self._drop(req, reason)
+                self.unqueue(req)
+            self.drop(req, reason)
             dropped += 1
         return dropped
-
-    def on_subscribe(self, peer: bytes, msg: SubscribeJob, now: float) -> None:
-        if not self._may_act_on(peer, msg.job_id, "follow", msg.call_id):
-            return
-        job = self.jobs.get(msg.job_id)
-        for event in self.journal.events_after(msg.job_id, msg.after_seq):
-            self.reply(peer, JobEventNotice(event=event))
-        if job is not None:
-            job.subscribers.add(peer)
-        self.reply(peer, Ack(call_id=msg.call_id))
-
-    def job_status(self, job_id: str) -> JobStatus | None:
-        job = self.jobs.get(job_id)
-        if job is not None:
-            return JobStatus(spec=job.spec, state=job.state, attempts=job.attempts,
-                             candidates=len(job.candidates), updates=len(job.updates),
-                             last_event_seq=job.last_seq, result=job.result)
-        rec = self.journal.job(job_id)
-        if rec is None:
-            return None
-        cands, upds = self.journal.counts(job_id)
-        return JobStatus(spec=rec.spec, state=rec.state, attempts=rec.attempts, candidates=cands,
-                         updates=upds, last_event_seq=rec.last_seq, result=rec.result)
-
-    def on_get_job(self, peer: bytes, msg: GetJob, now: float) -> None:
-        if self._may_act_on(peer, msg.job_id, "read", msg.call_id):
-            status = self.job_status(msg.job_id)
-            assert status is not None
-            self.reply(peer, JobStatusReply(call_id=msg.call_id, status=status))
 
     def on_report_event(self, peer: bytes, msg: ReportJobEvent, now: float) -> None:
         job = self.jobs.get(msg.event.job_id)
@@ -469,17 +460,3 @@ class JobBook:
             error=f"the job's reasoner exited with code {exit_code} before reporting a result, "
                   f"{job.reasoner_deaths} times (setting reasoner_max_restarts)"
                   + (f": {detail}" if detail else "")), now)
-
-    def on_resync(self, peer: bytes, msg: ResyncUpdates, now: float) -> None:
-        # All or nothing: one job that is not the sender's refuses the whole request.
-        for job_id in msg.job_ids:
-            if not self._may_act(peer, job_id, self._owner_of(job_id), "resync the updates of", msg.call_id):
-                return
-        for job_id in msg.job_ids:
-            job = self.jobs.get(job_id)
-            updates = list(job.updates.values()) if job is not None else self.journal.updates_of(job_id)
-            if job is not None:
-                job.submitter = peer
-            for upd in updates:
-                self.reply(peer, CandidateUpdateNotice(update=upd))
-        self.reply(peer, Ack(call_id=msg.call_id))

@@ -47,7 +47,8 @@ from specgen.runtime.private_files import make_private_dir, write_private
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.scheduler_metrics import SchedulerMetrics
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings, settings_from_env
-from specgen.runtime.transport import NOBLOCK, POLLIN, configure, new_context, recv_frame, send_frames
+from specgen.runtime.socket_io import NOBLOCK, POLLIN, recv_frame, send_frames
+from specgen.runtime.transport import configure, new_context
 
 log = logging.getLogger("specgen.scheduler")
 
@@ -276,7 +277,7 @@ class SchedulerActor:
             # holds everything committed, so a restart resumes from there.
             log.exception("scheduler failed")
             dead = wire.encode(DeadNotice(name="scheduler", reason=f"{type(exc).__name__}: {exc}"))
-            for peer in list(core.peers):
+            for peer in list(core.registry.peers):
                 self._send([peer, *dead])
             raise
 

@@ -9,23 +9,17 @@ touch a socket only where a loop can be busy for long.
 `PeerConnection` is the DEALER side every non-scheduler actor uses: Hello/Welcome handshake with a
 timeout, heartbeats, `call_id -> Future` requests, re-registration and re-sending of unanswered
 requests when the scheduler restarts, and a clear error when the scheduler refuses our CURVE key.
-Its socket is driven by whichever thread waits on it (leader/followers): a thread waiting for a
-reply, or a worker waiting for its next task, polls the socket itself and dispatches what arrives,
-so a reply reaches the waiting thread with no hand-over. A keeper thread takes the socket over when
-no thread has driven it for `KEEPER_TAKEOVER_S` (a worker evaluating, a client whose caller waits
-on an event queue) and keeps heartbeats, cancels and events flowing; it hands the socket back as
-soon as a thread wants to wait on it. Whoever leads is the only thread touching the socket; others
-queue what they send for the leader (woken through an eventfd).
+It composes two parts: its socket is driven by whichever thread waits on it, or by a keeper thread
+when none does (socket_driver.py: leader/followers), and its requests and kept messages wait for
+their replies and acknowledgements in pending_calls.py. The connection itself says what each
+message from the scheduler means.
 
 `SocketReader` is a plain reading thread for a socket nobody waits on (a node's worker notices).
 """
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import itertools
 import logging
-import math
 import os
 import secrets
 import threading
@@ -33,7 +27,6 @@ import time
 from typing import Any, Callable
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from specgen.errors import SpecgenError
 from specgen.messages import (
@@ -42,27 +35,11 @@ from specgen.messages import (
 )
 from specgen.runtime import wire
 from specgen.runtime.auth import ClientKeys, apply_client_keys, presented_credential
+from specgen.runtime.pending_calls import PendingCalls, Reply, Waiter, settle
 from specgen.runtime.settings import RuntimeSettings
+from specgen.runtime.socket_driver import SocketDriver
 
 log = logging.getLogger(__name__)
-
-
-# zmq.POLLIN as a plain int: `&` with the enum member builds a new enum object each time.
-POLLIN = int(zmq.POLLIN)
-# The Cython socket's own send and recv: pyzmq's Python wrappers (send_multipart, the sugar
-# Socket.send) cost as much again per call, and a round trip makes a dozen of them.
-recv_frame = zmq.backend.Socket.recv
-_send_frame = zmq.backend.Socket.send
-NOBLOCK = int(zmq.NOBLOCK)
-_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
-
-
-def send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send one message without blocking; raises zmq.ZMQError (Again at the high-water mark,
-    EHOSTUNREACH for an unknown peer on a ROUTER_MANDATORY socket)."""
-    for frame in frames[:-1]:
-        _send_frame(sock, frame, _MORE_NOBLOCK)
-    _send_frame(sock, frames[-1], NOBLOCK)
 
 
 class RuntimeFailure(SpecgenError):
@@ -147,66 +124,7 @@ def configure(sock: zmq.Socket, settings: RuntimeSettings) -> None:
     sock.setsockopt(zmq.MAXMSGSIZE, 2 * settings.max_message_bytes + 65536)
 
 
-KEEPER_TAKEOVER_S = 0.02   # a socket no thread drove for this long is taken over by the keeper
-
-
-def _settle(fut: concurrent.futures.Future | None, result: Any = None,
-            error: BaseException | None = None) -> None:
-    if fut is None or fut.done():
-        return
-    if error is not None:
-        fut.set_exception(error)
-    else:
-        fut.set_result(result)
-
-
 _CONTROL = frozenset((Welcome, HeartbeatAck, DeadNotice, ErrorReply))
-
-
-class _Waiter:
-    """What a blocking request() waits on: the part of a Future the connection uses, without the
-    condition variable and callbacks (the waiting thread drives the socket and sees it done).
-    Progress notices of the request (EvaluateQueued) go to `progress`."""
-
-    __slots__ = ("value", "error", "finished", "heard", "notice", "on_progress")
-
-    def __init__(self, on_progress: Callable[[Any], None] | None = None) -> None:
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.finished = False
-        self.heard = 0.0          # monotonic time of the latest progress notice; 0: none yet
-        self.notice: Any = None   # that notice
-        self.on_progress = on_progress
-
-    def progress(self, notice: Any) -> None:
-        self.heard, self.notice = time.monotonic(), notice
-        if self.on_progress is not None:
-            self.on_progress(notice)
-
-    def done(self) -> bool:
-        return self.finished
-
-    def set_result(self, value: Any) -> None:
-        self.value, self.finished = value, True
-
-    def set_exception(self, error: BaseException) -> None:
-        self.error, self.finished = error, True
-
-
-class _Reply(concurrent.futures.Future):
-    """A request's Future: waiting on it drives the connection from the waiting thread."""
-
-    def __init__(self, conn: "PeerConnection") -> None:
-        super().__init__()
-        self._conn = conn
-
-    def result(self, timeout: float | None = None) -> Any:
-        self._conn.drive(self.done, timeout)
-        return super().result(0 if not self.done() else None)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._conn.drive(self.done, timeout)
-        return super().exception(0 if not self.done() else None)
 
 
 class PeerConnection:
@@ -242,23 +160,16 @@ class PeerConnection:
         self._on_reconnect = on_reconnect
         self._own_ctx = ctx is None
         self.ctx = ctx or new_context()
-        self._ids = itertools.count(1)
-        # call_id -> (request, its Future; None for a message kept until acked, see send_kept)
-        self._pending: dict[int, tuple[_Wire, concurrent.futures.Future | None]] = {}
-        self._lock = threading.Lock()
+        self.calls = PendingCalls()
         self.welcome: Welcome | None = None
         self._rejoining = False
         self._welcomed = threading.Event()
         self.scheduler_id: str | None = None
         self.last_heard = 0.0
         self._last_hello = 0.0
-        self._last_call_id = 0
-        self._resend_upto = 0
-        self._acks_due: list[int] = []   # acked call_ids not yet dropped from _pending
         self.auth_error: str | None = None
         self.scheduler_failure: str | None = None
         self.handshake_failures = 0
-        self._closed = False
         self.close_error = RuntimeFailure("connection closed")   # what waits fail with, once closed
         sock = self.ctx.socket(zmq.DEALER)
         configure(sock, settings)
@@ -269,27 +180,14 @@ class PeerConnection:
             apply_client_keys(sock, keys)
         self._keys = keys
         sock.connect(address)
-        self._sock = sock
-        self._monitor = sock.get_monitor_socket() if keys is not None else None
-        # Leadership: `_leader` is the ident of the one thread that may touch the socket (None:
-        # free). `_waiting` counts threads waiting to lead, `_out` holds frames others queued.
-        self._cv = threading.Condition(threading.Lock())
-        self._leader: int | None = None
-        self._keeper_leads = False
-        self._waiting = 0
-        self._released_at = time.monotonic()
-        self._out: collections.deque[list[bytes]] = collections.deque()
-        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._signalled = False
-        self._next_tick = 0.0
-        self._poll_items = [(sock, POLLIN), (self._wake_fd, POLLIN)]
-        if self._monitor is not None:
-            self._poll_items.append((self._monitor, POLLIN))
-        self._keeper = threading.Thread(target=self._keep, name=f"keeper-{role}-{name}", daemon=True)
+        self.driver = SocketDriver(
+            sock, sock.get_monitor_socket() if keys is not None else None, name, f"keeper-{role}-{name}",
+            settings.heartbeat_interval_s, on_frame=self._on_frame, on_tick=self._tick,
+            on_monitor=self._on_monitor)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> "PeerConnection":
-        self._keeper.start()
+        self.driver.start()
         self._send_hello()
         return self
 
@@ -306,7 +204,7 @@ class PeerConnection:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.driver.closed
 
     @property
     def welcomed(self) -> bool:
@@ -329,66 +227,40 @@ class PeerConnection:
     def close(self, goodbye: _Wire | None = None, error: RuntimeFailure | None = None) -> None:
         """Close the connection; what waits on a reply fails with `error` (default: "connection
         closed"). Safe to call from any thread, more than once."""
-        if self._closed:
+        if self.driver.closed:
             return
         if goodbye is not None:
             self.send(goodbye)
-        with self._cv:
-            if self._closed:    # another thread closes it
-                return
+
+        def closing() -> None:
             self.close_error = error or RuntimeFailure("connection closed")
-            self._closed = True
-            self._cv.notify_all()
-        self.wake()
-        with self._lock:
-            pending = list(self._pending.values())
-            self._pending.clear()
-        for _, fut in pending:
-            _settle(fut, error=self.close_error)
-        me = threading.get_ident()
-        if self._keeper.is_alive() and self._keeper.ident != me:
-            self._keeper.join(2.0)
-        with self._cv:   # a leading thread sees _closed and lets go
-            self._cv.wait_for(lambda: self._leader in (None, me), 2.0)
-            self._flush_out()
-            self._leader = me
-        if self._monitor is not None:
-            try:
-                self._sock.disable_monitor()
-            except zmq.ZMQError:
-                pass
-            self._monitor.close(linger=0)
-        self._sock.close(linger=200)
-        fd, self._wake_fd = self._wake_fd, -1
-        os.close(fd)
+
+        if not self.driver.shut(closing):   # another thread closes it
+            return
+        for fut in self.calls.take(lambda msg: True):
+            settle(fut, error=self.close_error)
+        self.driver.close()
         if self._own_ctx:
             self.ctx.term()
 
     # -- sending --------------------------------------------------------------------------
     def send(self, msg: _Wire) -> None:
-        self._send_frames(wire.encode(msg))
+        self.driver.send(wire.encode(msg))
 
     def wake(self) -> None:
         """Make the thread driving the socket look up (safe from a signal handler)."""
-        if not self._signalled and self._wake_fd >= 0:
-            self._signalled = True
-            try:
-                os.eventfd_write(self._wake_fd, 1)
-            except OSError:   # closed during shutdown
-                pass
+        self.driver.wake()
 
     def next_call_id(self) -> int:
-        return next(self._ids)
+        return self.calls.next_call_id()
 
     def call(self, msg: _Wire, fut: Any = None) -> concurrent.futures.Future:
         """Send a request (its call_id is set here); the Future gets the reply or an error."""
-        fut = _Reply(self) if fut is None else fut
+        fut = Reply(self.drive) if fut is None else fut
         if self.scheduler_failure is not None and not isinstance(msg, WorkDone):
             fut.set_exception(SchedulerFailed(self.scheduler_failure))
             return fut
-        call_id = next(self._ids)
-        self._last_call_id = call_id
-        msg.call_id = call_id  # type: ignore[attr-defined]
+        call_id = self.calls.number(msg)
         frames = wire.encode(msg)
         limit = self.settings.max_message_bytes
         size = len(frames[0])   # one frame (wire.py)
@@ -397,25 +269,20 @@ class PeerConnection:
                 "too_large", f"message of {size} bytes exceeds the limit of {limit} bytes "
                 "(setting max_message_bytes)"))
             return fut
-        with self._lock:
-            self._pending[call_id] = (msg, fut)
-        self._send_frames(frames)
+        self.calls.add(call_id, msg, fut)
+        self.driver.send(frames)
         return fut
 
     def send_kept(self, msg: _Wire) -> None:
         """Send a message with a call_id that needs no reply but must survive a scheduler restart
         (a worker's result): kept, and re-sent after re-registration, until acknowledged."""
-        call_id = next(self._ids)
-        self._last_call_id = call_id
-        msg.call_id = call_id  # type: ignore[attr-defined]
-        with self._lock:
-            self._pending[call_id] = (msg, None)
-        self._send_frames(wire.encode(msg))
+        call_id = self.calls.number(msg)
+        self.calls.add(call_id, msg, None)
+        self.driver.send(wire.encode(msg))
 
     def kept(self) -> list[_Wire]:
         """The messages sent with send_kept that are not acknowledged yet, oldest first."""
-        with self._lock:
-            return [msg for msg, fut in self._pending.values() if fut is None]
+        return self.calls.kept()
 
     def request(self, msg: _Wire, timeout: float | None = None,
                 on_progress: Callable[[Any], None] | None = None) -> _Wire:
@@ -424,11 +291,11 @@ class PeerConnection:
         of it (EvaluateQueued, for an EvaluateRequest that asked for them) restarts the wait, and
         goes to `on_progress` on the thread that drives the connection then."""
         timeout = self.settings.call_timeout_s if timeout is None else timeout
-        waiter = _Waiter(on_progress)
+        waiter = Waiter(on_progress)
         self.call(msg, waiter)
         if not waiter.finished:
             self.drive(waiter.done, timeout)
-            while not waiter.finished and waiter.heard and not self._closed:
+            while not waiter.finished and waiter.heard and not self.driver.closed:
                 remaining = waiter.heard + timeout - time.monotonic()
                 if remaining <= 0:
                     break
@@ -436,9 +303,8 @@ class PeerConnection:
         if waiter.error is not None:
             raise waiter.error
         if not waiter.finished:
-            with self._lock:
-                self._pending.pop(msg.call_id, None)  # type: ignore[attr-defined]
-            if self._closed:   # closed while it waited (or before): not a timeout
+            self.calls.pop(msg.call_id)  # type: ignore[attr-defined]
+            if self.driver.closed:   # closed while it waited (or before): not a timeout
                 raise self.close_error
             notice = waiter.notice
             if notice is None:
@@ -453,169 +319,17 @@ class PeerConnection:
             )
         return waiter.value
 
-    def _send_frames(self, frames: list[bytes]) -> None:
-        me = threading.get_ident()
-        if self._leader == me:    # only this thread sets or clears its own leadership
-            self._send_now(frames)
-            return
-        with self._cv:
-            if self._closed:
-                return
-            if self._leader is not None:
-                self._out.append(frames)
-                self.wake()
-                return
-            # Free: send from here, holding the lock (so no thread starts leading meanwhile).
-            self._flush_out()
-            self._send_now(frames)
-            self._released_at = time.monotonic()
-
-    def _send_now(self, frames: list[bytes]) -> None:
-        try:
-            send_frames(self._sock, frames)
-        except zmq.ZMQError as exc:   # EAGAIN: the high-water mark is reached
-            log.warning("%s: dropped a message: %s", self.name, exc)
-
-    def _flush_out(self) -> None:
-        out = self._out
-        while out:
-            self._send_now(out.popleft())
-
-    # -- leadership -----------------------------------------------------------------------
     def drive(self, done: Callable[[], bool], timeout: float | None = None) -> None:
-        """Drive the socket from this thread until `done()` or `timeout` seconds passed.
-
-        While another thread drives it, wait for that one to deliver (it wakes us after each
-        burst) or to let go; the keeper lets go as soon as we wait."""
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
-        if self._leader == threading.get_ident():   # a callback on the leading thread waits
-            self._pump(done, deadline, yield_to_waiters=False)
-            return
-        while not done() and not self._closed:
-            if not self._lead(done, deadline):
-                return
-            try:
-                self._pump(done, deadline, yield_to_waiters=False)
-            finally:
-                self._resign()
-            if time.monotonic() >= deadline:
-                return
-
-    def _lead(self, done: Callable[[], bool], deadline: float) -> bool:
-        with self._cv:
-            self._waiting += 1
-            try:
-                while self._leader is not None:
-                    if done() or self._closed:
-                        return False
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    if self._keeper_leads:
-                        self.wake()
-                    self._cv.wait(None if remaining == math.inf else remaining)
-            finally:
-                self._waiting -= 1
-            if done() or self._closed:
-                return False
-            self._leader = threading.get_ident()
-            return True
-
-    def _resign(self) -> None:
-        with self._cv:
-            self._flush_out()      # what others queued while we led
-            self._leader = None
-            self._released_at = time.monotonic()
-            if self._waiting:
-                self._cv.notify_all()
-
-    def _pump(self, done: Callable[[], bool], deadline: float, yield_to_waiters: bool) -> None:
-        """The leading thread's loop: receive and dispatch, send what others queued, tick. The
-        keeper (`yield_to_waiters`) returns as soon as another thread waits to lead."""
-        sock, wake_fd, monitor = self._sock, self._wake_fd, self._monitor
-        while not self._closed:
-            if self._out:
-                self._flush_out()
-            if done() or (yield_to_waiters and self._waiting):
-                return
-            now = time.monotonic()
-            if now >= self._next_tick:
-                self._tick(now)
-            if now >= deadline:
-                return
-            timeout_ms = math.ceil((min(deadline, self._next_tick) - now) * 1000)
-            events = dict(zmq.zmq_poll(self._poll_items, max(0, timeout_ms)))
-            if wake_fd in events:
-                # Consume the wake-up, then clear the flag, then look: a thread that still saw the
-                # flag set queued before this; one that sees it clear writes a new wake-up.
-                try:
-                    os.eventfd_read(wake_fd)
-                except BlockingIOError:
-                    pass
-                self._signalled = False
-            if sock in events:
-                # Messages are one frame each (wire.py); bounded, so sends interleave with a flood.
-                for _ in range(1024):
-                    try:
-                        frame = recv_frame(sock, NOBLOCK)
-                    except zmq.Again:
-                        break
-                    try:
-                        self._on_frame(frame)
-                    except Exception:  # noqa: BLE001 - a handler bug must not kill the connection
-                        log.exception("%s: handler failed on a message", self.name)
-                    if done() or not sock.getsockopt(zmq.EVENTS) & POLLIN:   # cheaper than a failed recv
-                        break
-                if self._waiting:      # followers: a reply may be theirs
-                    with self._cv:
-                        self._cv.notify_all()
-            if monitor is not None and monitor in events:
-                self._read_monitor()
-
-    def _keep(self) -> None:
-        """Drive the socket whenever no other thread did for KEEPER_TAKEOVER_S, or a tick is due."""
-        me = threading.get_ident()
-        while True:
-            with self._cv:
-                while True:
-                    if self._closed:
-                        return
-                    now = time.monotonic()
-                    if self._leader is None and not self._waiting:
-                        idle = now - self._released_at
-                        if idle >= KEEPER_TAKEOVER_S or now >= self._next_tick:
-                            self._leader = me
-                            self._keeper_leads = True
-                            break
-                        self._cv.wait(KEEPER_TAKEOVER_S - idle)
-                    else:
-                        self._cv.wait(KEEPER_TAKEOVER_S)
-            try:
-                self._pump(lambda: False, math.inf, yield_to_waiters=True)
-            except Exception:  # noqa: BLE001 - keep the connection alive whatever a tick did
-                log.exception("%s: keeper failed", self.name)
-            finally:
-                self._keeper_leads = False
-                self._resign()
-
-    def _read_monitor(self) -> None:
-        assert self._monitor is not None
-        while True:
-            try:
-                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                return
-            try:
-                self._on_monitor(event)
-            except Exception:  # noqa: BLE001
-                log.exception("%s: monitor handler failed", self.name)
+        """Drive the socket from this thread until `done()` or `timeout` seconds passed (or
+        wait for the thread that drives it to deliver)."""
+        self.driver.drive(done, timeout)
 
     # -- the leading thread -----------------------------------------------------------------
     def _send_hello(self, again: bool = False) -> None:
         """`again`: we were registered before; requests sent until now may have been refused
         (or their replies lost with a dead scheduler), so re-send them once Welcome arrives."""
         if again:
-            self._resend_upto = self._last_call_id
+            self.calls.mark_resend()
             # Whether the scheduler restarted or only timed us out, what it sent meanwhile
             # (candidate updates, job events) did not reach us: pick the streams up again.
             self._rejoining = True
@@ -625,9 +339,8 @@ class PeerConnection:
                         **self._hello_fields()))
 
     def _tick(self, now: float) -> None:
-        self._next_tick = now + self.settings.heartbeat_interval_s
-        if self._acks_due:
-            self._apply_acks()
+        if self.calls.acks_due:
+            self.calls.apply_acks()
         if not self._welcomed.is_set():
             if now - self._last_hello >= 1.0:
                 self._send_hello()
@@ -646,21 +359,9 @@ class PeerConnection:
             self.handshake_failures += 1
 
     def _resend_pending(self) -> None:
-        self._apply_acks()
-        upto, self._resend_upto = self._resend_upto, 0
-        with self._lock:
-            items = [(cid, entry) for cid, entry in self._pending.items() if cid <= upto]
-        for _, (msg, fut) in sorted(items, key=lambda item: item[0]):
+        for msg, fut in self.calls.to_resend():
             if fut is None or not fut.done():
-                self._send_frames(wire.encode(msg))
-
-    def _apply_acks(self) -> None:
-        call_ids, self._acks_due = self._acks_due, []
-        with self._lock:
-            entries = [self._pending.pop(cid, None) for cid in call_ids]
-        for entry in entries:
-            if entry is not None and entry[1] is not None:
-                _settle(entry[1], Ack(call_id=entry[0].call_id))  # type: ignore[attr-defined]
+                self.send(msg)
 
     def _on_frame(self, frame: bytes) -> None:
         try:
@@ -671,23 +372,21 @@ class PeerConnection:
         self.last_heard = time.monotonic()
         acked = getattr(msg, "acked", None)
         if acked:   # results the scheduler committed (AssignWork, HeartbeatAck carry them),
-            self._acks_due += acked   # forgotten at the next tick, off the way of the new work
+            self.calls.note_acks(acked)   # forgotten at the next tick, off the way of the new work
         if type(msg) in _CONTROL:
             self._on_control(msg)
             return
         if type(msg) is EvaluateQueued:   # a request's progress: it stays pending
-            with self._lock:
-                entry = self._pending.get(msg.call_id)
+            entry = self.calls.get(msg.call_id)
             progress = getattr(entry[1], "progress", None) if entry is not None else None
             if progress is not None:
                 progress(msg)
             return
         call_id = getattr(msg, "call_id", 0)
         if call_id:
-            with self._lock:
-                entry = self._pending.pop(call_id, None)
+            entry = self.calls.pop(call_id)
             if entry is not None:
-                _settle(entry[1], msg)
+                settle(entry[1], msg)
                 return
             if isinstance(msg, Ack):
                 return   # a late duplicate answer to a request re-sent after a restart
@@ -719,24 +418,19 @@ class PeerConnection:
             self.scheduler_failure = (f"the scheduler at {self.address} failed: {msg.reason}; "
                                       "requests fail until it is restarted")
             log.error("%s: %s", self.name, self.scheduler_failure)
-            with self._lock:
-                doomed = [(cid, e) for cid, e in self._pending.items() if not isinstance(e[0], WorkDone)]
-                for cid, _ in doomed:
-                    del self._pending[cid]
-            for _, (_, fut) in doomed:
-                _settle(fut, error=SchedulerFailed(self.scheduler_failure))
+            for fut in self.calls.take(lambda request: not isinstance(request, WorkDone)):
+                settle(fut, error=SchedulerFailed(self.scheduler_failure))
             return
         if isinstance(msg, ErrorReply):
             if msg.code == "unregistered":
                 # The scheduler does not know us (it restarted, or timed us out): say Hello;
                 # unanswered requests are re-sent once it answers.
-                if time.monotonic() - self._last_hello > 0.2 or not self._resend_upto:
+                if time.monotonic() - self._last_hello > 0.2 or not self.calls.resend_upto:
                     self._send_hello(again=True)
                 return
-            with self._lock:
-                entry = self._pending.pop(msg.ref, None) if msg.ref else None
+            entry = self.calls.pop(msg.ref) if msg.ref else None
             if entry is not None:
-                _settle(entry[1], error=RemoteError(msg.code, msg.message))
+                settle(entry[1], error=RemoteError(msg.code, msg.message))
             else:
                 log.warning("%s: scheduler error: %s: %s", self.name, msg.code, msg.message)
             return

@@ -48,7 +48,8 @@ from specgen.runtime import wire
 from specgen.runtime.node import NodeActor
 from specgen.runtime.scheduler import SchedulerActor
 from specgen.runtime.settings import RuntimeSettings
-from specgen.runtime.transport import PeerConnection, recv_frame
+from specgen.runtime.socket_io import recv_frame
+from specgen.runtime.transport import PeerConnection
 
 QUICK = settings(max_examples=30, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -24,7 +24,7 @@ from specgen.runtime.local import LocalCluster
 from specgen.runtime.replay_evaluator import ReplaySample, directive
 from specgen.runtime.scheduler import SchedulerActor
 from specgen.runtime.settings import RuntimeSettings
-from specgen.runtime.transport import recv_frame
+from specgen.runtime.socket_io import recv_frame
 
 
 class Recorder:

@@ -306,7 +306,7 @@ def test_a_decision_with_1000_queued_from_10_callers_stays_cheap() -> None:
     core.schedule(now)
     times = []
     for i in range(3000):
-        [req] = core.running.values()
+        [req] = core.assigner.running.values()
         upd = CandidateUpdate(job_id="", candidate_id=req.submission.candidate_id, stage="validate",
                               verdict=Verdict(stage="validate"))
         core.handle(worker, WorkDone(call_id=i + 1, request_id=req.request_id, update=upd), now)
@@ -315,6 +315,6 @@ def test_a_decision_with_1000_queued_from_10_callers_stays_cheap() -> None:
         core.schedule(now)
         times.append(time.perf_counter() - t)
         core.outbox.clear()
-    assert len(core.queues["validate"]) == 1000
+    assert len(core.assigner.queues["validate"]) == 1000
     print(f"\ndecision with 1,000 queued from 10 callers: median {statistics.median(times) * 1e6:.1f} us")
     assert statistics.median(times) < 100e-6, statistics.median(times)

@@ -106,7 +106,7 @@ def test_incorrect_candidate_is_not_profiled(h: Harness) -> None:
     w = h.worker("n1/cpu0")
     [a] = assigns(h.submit("bad"))
     out = h.finish(w, a, correct=False)
-    assert not assigns(out) and h.core._total_queued() == 0
+    assert not assigns(out) and h.core.assigner.total_queued() == 0
 
 
 def test_results_are_counted_once(h: Harness) -> None:
@@ -203,7 +203,7 @@ def test_cancel_drops_queued_and_stops_running_work(h: Harness) -> None:
     v = Verdict(stage="validate", error="cancelled")
     out = h.send(w, WorkDone(call_id=h.call_id(), request_id=a.request_id, update=CandidateUpdate(
         job_id="j1", candidate_id="c1", stage="validate", verdict=v, cancelled=True)))
-    assert not assigns(out) and not updates(out) and h.core._total_queued() == 0
+    assert not assigns(out) and not updates(out) and h.core.assigner.total_queued() == 0
     assert h.core.workers[w].busy is None
 
 
@@ -368,7 +368,7 @@ def test_job_lifecycle_with_reasoner_and_subscribers(h: Harness) -> None:
     assert any(isinstance(m, JobEventNotice) and m.event.kind == "reasoner_started" for p, m in out if p == CLIENT)
     w = h.worker("n1/cpu0")
     [a] = assigns(h.submit("c1", job="J", peer=reasoner, profile=False))
-    assert a.submission.deadline is None and h.core.jobs["J"].live
+    assert a.submission.deadline is None and h.core.book.jobs["J"].live
     out = h.finish(w, a)
     assert [u.candidate_id for u in updates(out)] == ["c1"]
     out = h.send(reasoner, ReportJobResult(call_id=h.call_id(), result=JobResult(job_id="J", status="succeeded")))
@@ -391,16 +391,16 @@ def test_job_wall_time_is_enforced_after_the_grace(h: Harness) -> None:
     h.send(b"reasoner/T/x", Hello(role="reasoner", name="T"))
     h.advance(10 + h.settings.job_grace_s + 1)
     h.core.tick(h.now)
-    assert h.core.job_status("T").result.status == "timed_out"
-    assert "job_grace_s" in h.core.job_status("T").result.error
+    assert h.core.views.job_status("T").result.status == "timed_out"
+    assert "job_grace_s" in h.core.views.job_status("T").result.error
 
 
 def test_reasoner_that_never_registers_fails_the_job_naming_the_setting(h: Harness) -> None:
     h.send(CLIENT, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="R")))
-    h.core.jobs["R"].reasoner_started = h.now
+    h.core.book.jobs["R"].reasoner_started = h.now
     h.advance(h.settings.ready_timeout_s + 1)
     h.core.tick(h.now)
-    result = h.core.job_status("R").result
+    result = h.core.views.job_status("R").result
     assert result.status == "failed" and "ready_timeout_s" in result.error
 
 
@@ -412,11 +412,11 @@ def test_a_dead_reasoner_is_started_again_up_to_the_setting_then_fails_the_job()
     for death in (1, 2):
         h.send(f"reasoner/D/{death}".encode(), Hello(role="reasoner", name="D"))
         h.core.reasoner_exited("D", -9, "killed", h.now)
-        assert h.core.actions == [("start_reasoner", "D")] and h.core.job_status("D").state == "running"
+        assert h.core.actions == [("start_reasoner", "D")] and h.core.views.job_status("D").state == "running"
         h.core.actions.clear()
-    assert h.core.job_status("D").attempts == 3
+    assert h.core.views.job_status("D").attempts == 3
     h.core.reasoner_exited("D", -9, "killed", h.now)
-    result = h.core.job_status("D").result
+    result = h.core.views.job_status("D").result
     assert result.status == "failed" and "reasoner_max_restarts" in result.error
     assert ("stop_reasoner", "D") in h.core.actions
 
@@ -438,14 +438,14 @@ def test_restart_resumes_jobs_from_the_journal_without_losing_or_repeating(tmp_p
     # A new scheduler process on the same journal.
     h2 = Harness(Journal(path))
     assert h2.core.actions == [("start_reasoner", "J")]
-    assert h2.core.jobs["J"].attempts == 2
-    queued = sorted((r.key[1], r.stage) for q in h2.core.queues.values() for r in q.items())
+    assert h2.core.book.jobs["J"].attempts == 2
+    queued = sorted((r.key[1], r.stage) for q in h2.core.assigner.queues.values() for r in q.items())
     assert queued == [("c1", "profile"), ("c2", "validate")]
     # The old worker was still profiling c1: it says so on Hello and keeps it (nothing runs twice).
     w_again = b"worker/n1/cpu0/x"
     h2.send(w_again, Hello(role="worker", name="n1/cpu0", node="n1", busy_request_id=p.request_id,
                            busy_key=["J", "c1", "profile"]))
-    queued = sorted((r.key[1], r.stage) for q in h2.core.queues.values() for r in q.items())
+    queued = sorted((r.key[1], r.stage) for q in h2.core.assigner.queues.values() for r in q.items())
     assert queued == [("c2", "validate")]
     # The resumed reasoner submits c1 again: answered from the journal, not evaluated again.
     r2 = b"reasoner/J/2"
@@ -454,7 +454,7 @@ def test_restart_resumes_jobs_from_the_journal_without_losing_or_repeating(tmp_p
     assert [(u.candidate_id, u.stage) for u in updates(out)] == [("c1", "validate")]
     out = h2.finish(w_again, p)
     assert [(u.candidate_id, u.stage) for u in updates(out)] == [("c1", "profile")]
-    status = h2.core.job_status("J")
+    status = h2.core.views.job_status("J")
     assert status.updates == 2 and status.candidates == 2
 
 
@@ -494,13 +494,13 @@ def test_a_result_for_a_queued_request_is_refused() -> None:
     w = h.worker("n1/cpu0")
     [first] = assigns(h.submit("c1", profile=False))
     h.submit("c2", profile=False)                 # waits behind c1
-    queued = [r for q in h.core.queues.values() for r in q.items()]
+    queued = [r for q in h.core.assigner.queues.values() for r in q.items()]
     assert [r.key[1] for r in queued] == ["c2"]
     # The busy worker answers the queued request under made-up ids: ours, an old scheduler's, none.
     for rid in (f"{h.core.scheduler_id}-99", "0123456789ab-1", ""):
         assert not updates(_done(h, w, rid, "c2"))
     assert h.core.stats(h.now).results_refused == 3
-    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c2"]
+    assert [r.key[1] for q in h.core.assigner.queues.values() for r in q.items()] == ["c2"]
     out = h.finish(w, first)
     [nxt] = assigns(out, w)
     assert nxt.submission.candidate_id == "c2"
@@ -561,7 +561,7 @@ def test_a_lost_workers_kept_result_counts_while_nobody_else_took_the_request(h:
     w = h.worker("n1/cpu0")
     [a] = assigns(h.submit("c1", profile=False))
     _lose(h, "n1/cpu0")
-    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c1"]
+    assert [r.key[1] for q in h.core.assigner.queues.values() for r in q.items()] == ["c1"]
     # Back, with the result it finished meanwhile: it is given the request again at once and
     # its kept result still counts (the new attempt is cancelled).
     out = h.send(w, Hello(role="worker", name="n1/cpu0", node="n1", held_results=[a.request_id]))
@@ -598,7 +598,7 @@ def test_a_worker_cannot_claim_a_request_it_never_had(h: Harness) -> None:
     out = h.send(other, Hello(role="worker", name="n1/cpu7", node="n1", busy_request_id=a.request_id,
                               busy_key=["j1", "c1", "validate"], held_results=[a.request_id]))
     assert not assigns(out)
-    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c1"]   # still queued
+    assert [r.key[1] for q in h.core.assigner.queues.values() for r in q.items()] == ["c1"]   # still queued
     out = _done(h, other, a.request_id, "c1")
     assert not updates(out) and h.core.stats(h.now).results_refused == 1
     # The request runs for real: assigned afresh (to the now idle worker), and that answer counts.
@@ -617,7 +617,7 @@ SECRET = bytes(range(32))
 def hs() -> Harness:
     """A core that asks workers, nodes and reasoners for credentials (as the scheduler process does)."""
     harness = Harness()
-    harness.core.join_secret = SECRET
+    harness.core.registry.join_secret = SECRET
     harness.hello(CLIENT, "client", "c")
     return harness
 
@@ -651,8 +651,8 @@ def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) 
         [(_, err)] = hs.send(f"intruder/{i}".encode(), hello)
         assert isinstance(err, ErrorReply) and err.code == "unauthorized", hello
         assert "join secret" in err.message
-    assert not hs.core.workers and hs.core.jobs["J"].reasoner_peer is None
-    assert {p.role for p in hs.core.peers.values()} == {"client"}
+    assert not hs.core.workers and hs.core.book.jobs["J"].reasoner_peer is None
+    assert {p.role for p in hs.core.registry.peers.values()} == {"client"}
     assert hs.core.stats(hs.now).hellos_refused == len(attempts)
     # The right credentials are welcome.
     for peer, hello in ((b"w", _worker_hello("n1/cpu0")),
@@ -660,19 +660,19 @@ def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) 
                         (b"r", Hello(role="reasoner", name="J",
                                      credential=peer_credential(SECRET, "reasoner", "J")))):
         assert any(isinstance(m, Welcome) for _, m in hs.send(peer, hello))
-    assert len(hs.core.workers) == 1 and hs.core.jobs["J"].reasoner_peer == b"r"
+    assert len(hs.core.workers) == 1 and hs.core.book.jobs["J"].reasoner_peer == b"r"
 
 
 def test_a_client_cannot_become_a_worker_or_send_worker_and_node_messages(hs: Harness) -> None:
     [a] = assigns(hs.submit("c1", profile=False) + hs.send(b"w", _worker_hello("n1/cpu0")))
     [(_, err)] = hs.send(CLIENT, Hello(role="worker", name="n1/cpu9", node="n1"))
-    assert err.code == "unauthorized" and hs.core.peers[CLIENT].role == "client"
+    assert err.code == "unauthorized" and hs.core.registry.peers[CLIENT].role == "client"
     for msg in (WorkDone(call_id=5, request_id=a.request_id, update=CandidateUpdate(
                     job_id="j1", candidate_id="c1", stage="validate", verdict=Verdict(correct=True))),
                 WorkerExited(name="n1/cpu0", exit_code=-9)):
         [(_, err)] = hs.send(CLIENT, msg)
         assert err.code == "unexpected"
-    assert hs.core.workers[b"w"].busy is not None and not hs.core.jobs["j1"].updates
+    assert hs.core.workers[b"w"].busy is not None and not hs.core.book.jobs["j1"].updates
 
 
 def test_a_node_speaks_for_its_own_workers_only(hs: Harness) -> None:
@@ -694,8 +694,8 @@ def test_a_peer_registering_again_in_another_role_starts_over() -> None:
     w = h.worker("n1/cpu0")
     [a] = assigns(h.submit("c1", profile=False))
     h.send(w, Hello(role="client", name="now-a-client"))
-    assert w not in h.core.workers and h.core.peers[w].role == "client"
-    assert [r.key[1] for q in h.core.queues.values() for r in q.items()] == ["c1"]   # re-queued
+    assert w not in h.core.workers and h.core.registry.peers[w].role == "client"
+    assert [r.key[1] for q in h.core.assigner.queues.values() for r in q.items()] == ["c1"]   # re-queued
     [(_, err)] = h.send(w, WorkDone(call_id=1, request_id=a.request_id, update=CandidateUpdate(
         job_id="j1", candidate_id="c1", stage="validate", verdict=Verdict(correct=True))))
     assert err.code == "unexpected"
@@ -714,7 +714,7 @@ def test_after_a_restart_kept_results_listed_in_the_hello_count_and_others_are_r
     h2 = Harness(Journal(path))
     h2.hello(CLIENT, "client", "c")
     h2.send(CLIENT, ResyncUpdates(call_id=h2.call_id(), job_ids=["j1"]))   # the submitter is back
-    assert sorted(r.key[1] for q in h2.core.queues.values() for r in q.items()) == ["c1", "c2"]
+    assert sorted(r.key[1] for q in h2.core.assigner.queues.values() for r in q.items()) == ["c1", "c2"]
     other = h2.worker("n1/cpu1")          # registers first and takes a request
     # The worker registers again listing the result it kept, then re-sends it: it counts.
     out = h2.send(w, Hello(role="worker", name="n1/cpu0", node="n1", held_results=[a1.request_id]))
@@ -730,7 +730,7 @@ def test_after_a_restart_kept_results_listed_in_the_hello_count_and_others_are_r
         if st.busy is not None and st.busy.key[1] == "c2":
             assign = AssignWork(request_id=st.busy.request_id, stage="validate", submission=st.busy.submission)
             assert [u.candidate_id for u in updates(h2.finish(peer, assign))] == ["c2"]
-    assert h2.core.job_status("j1").updates == 2
+    assert h2.core.views.job_status("j1").updates == 2
 
 
 # -- whose a job is -------------------------------------------------------------------------------
@@ -743,7 +743,7 @@ def _owners(h: Harness) -> Harness:
     """Two plain clients with tokens of their own, and the admin (the core's join secret is SECRET)."""
     from specgen.runtime.auth import admin_credential
 
-    h.core.join_secret = SECRET
+    h.core.registry.join_secret = SECRET
     for peer, token in TOKENS.items():
         [(_, w)] = h.hello(peer, "client", peer.decode(), client_token=token)
         assert isinstance(w, Welcome) and not w.admin
@@ -771,7 +771,8 @@ def test_a_job_takes_candidates_cancels_and_reads_from_its_owner_only() -> None:
     h = _owners(Harness())
     w = _worker(h)
     [a] = assigns(h.submit("c000", job="J", peer=VICTIM, profile=False))
-    before = (h.core.jobs["J"].submitter, set(h.core.jobs["J"].subscribers), dict(h.core.jobs["J"].candidates))
+    job = h.core.book.jobs["J"]
+    before = (job.submitter, set(job.subscribers), dict(job.candidates))
     attacks = [
         (SubmitCandidate(call_id=h.call_id(), submission=CandidateSubmission(
             job_id="J", candidate_id="c001", problem_name="p", problem_source=PROBLEM,
@@ -785,7 +786,7 @@ def test_a_job_takes_candidates_cancels_and_reads_from_its_owner_only() -> None:
         err = _refusal(h.send(ATTACKER, msg), ATTACKER)
         assert err.code == "not_owner" and err.ref == msg.call_id
         assert "'J'" in err.message and f"may {action} it" in err.message and "CURVE key" in err.message
-    job = h.core.jobs["J"]
+    job = h.core.book.jobs["J"]
     assert (job.submitter, job.subscribers, job.candidates) == before and job.state == "running"
     assert h.core.stats(h.now).requests_not_owner == len(attacks)
     # The victim's candidate id c001 is still free, and its verdict is its own.
@@ -800,7 +801,7 @@ def test_a_job_takes_candidates_cancels_and_reads_from_its_owner_only() -> None:
 def test_an_id_another_client_holds_cannot_be_created_and_an_ended_job_stays_closed() -> None:
     h = _owners(Harness())
     h.send(VICTIM, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
-    assert h.core.jobs["J"].owner == h.core.peers[VICTIM].owner
+    assert h.core.book.jobs["J"].owner == h.core.registry.peers[VICTIM].owner
     again = CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J"))
     [(_, created)] = h.send(VICTIM, again)                  # idempotent for its owner
     assert created.job_id == "J"
@@ -835,17 +836,17 @@ def test_a_reasoner_acts_for_its_own_job_only_and_the_admin_for_every_job() -> N
         assert _refusal(h.send(reasoner, msg), reasoner).code == "not_owner"
     # Nor may it open a job of an id it makes up.
     assert _refusal(h.submit("c1", job="new", peer=reasoner), reasoner).code == "not_owner"
-    assert "new" not in h.core.jobs
+    assert "new" not in h.core.book.jobs
     # The admin reads, follows and cancels any job.
     [(_, st)] = h.send(ADMIN, GetJob(call_id=h.call_id(), job_id="K"))
     assert isinstance(st, JobStatusReply)
     out = h.send(ADMIN, CancelJob(call_id=h.call_id(), job_id="K"))
-    assert isinstance(out[-1][1], Ack) and h.core.job_status("K").result.status == "cancelled"
+    assert isinstance(out[-1][1], Ack) and h.core.views.job_status("K").result.status == "cancelled"
 
 
 def test_stats_name_other_clients_jobs_and_candidates_to_the_admin_only() -> None:
     h = _owners(Harness())
-    h.core.peers[b"node/n1"] = h.core.peers[ADMIN].__class__(
+    h.core.registry.peers[b"node/n1"] = h.core.registry.peers[ADMIN].__class__(
         id=b"node/n1", role="node", name="n1", last_seen=h.now,
         health={"n1/cpu0": {"state": "ready", "restarts": 1, "error": "Traceback: candidate c000 of J"}})
     w = _worker(h)
@@ -877,7 +878,7 @@ def test_ownership_survives_a_restart_through_the_journal(tmp_path) -> None:
     h.journal.close()
 
     h2 = Harness(Journal(path))
-    h2.core.join_secret = SECRET
+    h2.core.registry.join_secret = SECRET
     again = b"client/victim/2"                          # a new connection, the same token
     h2.hello(again, "client", "victim", client_token=TOKENS[VICTIM])
     h2.hello(ATTACKER, "client", "attacker", client_token=TOKENS[ATTACKER])
@@ -921,7 +922,7 @@ def test_with_curve_a_connection_that_took_over_a_routing_id_is_not_that_peer() 
     h.core.handle(victim, GetJob(call_id=3, job_id="J"), h.now, "KEY-A")
     [(_, welcome), (_, err)] = h.core.outbox
     assert isinstance(welcome, Welcome) and err.code == "not_owner"
-    assert h.core.jobs["J"].submitter is None and not h.core.jobs["J"].subscribers
+    assert h.core.book.jobs["J"].submitter is None and not h.core.book.jobs["J"].subscribers
 
 
 def test_job_ids_the_scheduler_assigns_are_unguessable() -> None:

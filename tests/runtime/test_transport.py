@@ -261,7 +261,7 @@ def test_a_kept_result_is_re_sent_until_acknowledged(fake: FakeScheduler) -> Non
         assert again.call_id == done.call_id and again.request_id == "r1"
         # Acknowledged in a heartbeat's ack: no longer kept, so not re-sent at the next restart.
         fake.send(peer, HeartbeatAck(scheduler_id="s2", acked=[again.call_id]))
-        wait_for(lambda: not conn._pending, 5, "the ack to be applied")
+        wait_for(lambda: not conn.calls.pending, 5, "the ack to be applied")
         fake.send(peer, HeartbeatAck(scheduler_id="s3"))
         peer = fake.welcome("s3")
         fut = conn.call(Ping(call_id=0))

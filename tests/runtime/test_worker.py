@@ -72,9 +72,9 @@ def test_hello_lists_the_results_kept_until_acknowledged(tmp_path: Path) -> None
             actor.conn.send_kept(WorkDone(request_id=rid, update=upd))
         assert actor._busy_fields()["held_results"] == ["s1-1", "s1-2"]
         # Acknowledged (as the scheduler's next AssignWork or HeartbeatAck does): no longer held.
-        first = next(iter(actor.conn._pending))
-        actor.conn._acks_due.append(first)
-        actor.conn._apply_acks()
+        first = next(iter(actor.conn.calls.pending))
+        actor.conn.calls.acks_due.append(first)
+        actor.conn.calls.apply_acks()
         assert actor._busy_fields()["held_results"] == ["s1-2"]
     finally:
         actor.close()
