@@ -43,7 +43,7 @@ def test_every_error_specgen_raises_on_purpose_is_a_specgen_error() -> None:
 
 def test_the_cli_prints_one_line_for_a_specgen_error(monkeypatch, capsys) -> None:
     from specgen.eval.runner_process import RunnerError
-    from specgen.optimize import commands
+    from specgen.cli import optimize as commands
 
     def fail(args):
         raise RunnerError("the runner's template exited at start-up")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from specgen.messages import OptimizeResult, OptimizeSpec  # noqa: E402
 from specgen.traces.bundled import bundled_problem, bundled_trace  # noqa: E402
-from specgen.optimize.commands import _default_devices  # noqa: E402
+from specgen.cli.optimize_job import default_devices as _default_devices  # noqa: E402
 from specgen.optimize.loop import run_job  # noqa: E402
 from specgen.runtime.connect import cluster_settings, connect  # noqa: E402
 from specgen.optimize.modes import MODES, Mechanisms  # noqa: E402

@@ -2,7 +2,7 @@
 
 A job's engine is an `EngineSpec`: a tagged union of one struct per registered engine, told apart
 by its `llm` field (`ReplaySpec`, `VllmSpec`, `OpenAISpec` here). It is built once from the command
-line (`commands._engine_spec`), travels inside the job as its builtins (`options["engine"]`, see
+line (`specgen/cli/optimize_job.py`), travels inside the job as its builtins (`options["engine"]`, see
 `optimize/job.py`) and is decoded back, strictly, where the loop runs (a scheduler job's reasoner,
 in whatever cluster): an unknown field, a missing required one or a wrong type is an error that
 names it, and `--llm` offers what is registered. `build_engine` turns the spec into the engine.

@@ -5,7 +5,7 @@
 - replay as an engine: `replay.py` (recorded timing), `modelled.py` (a timing model's pace, forks
   from a fork writer), `pinned_replay.py` (the iteration the loop pins);
 - making traces: `recorder.py` (from a live engine), `importing/` (from public reasoning logs,
-  `specgen trace import`, its command in `commands.py`), `synthetic.py` (the calibrated generator
+  `specgen trace import`, its command in `specgen/cli/trace.py`), `synthetic.py` (the calibrated generator
   of `specgen bench --generate` and `tools/make_traces.py --generated`);
 - what traces are read against: `bundled.py` (the problems and traces that ship with specgen) and
   `extraction.py` (candidate programs found in generated text, as the loop finds them).

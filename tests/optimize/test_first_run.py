@@ -49,7 +49,7 @@ def _optimize_args(*argv: str) -> argparse.Namespace:
 
 
 def test_a_cpu_only_host_replays_the_generated_trace_of_the_cpu_problem() -> None:
-    from specgen.optimize.commands import _plan
+    from specgen.cli.optimize_job import plan_run as _plan
 
     plan = _plan(_optimize_args(), gpu=False)
     assert plan.problem_name == DEFAULT_CPU_PROBLEM != DEFAULT_PROBLEM
@@ -69,7 +69,7 @@ def test_a_cpu_only_host_replays_the_generated_trace_of_the_cpu_problem() -> Non
 def test_this_host_picks_by_its_own_gpus() -> None:
     import torch
 
-    from specgen.optimize.commands import _plan
+    from specgen.cli.optimize_job import plan_run as _plan
 
     plan = _plan(_optimize_args())
     expected = DEFAULT_PROBLEM if torch.cuda.is_available() else DEFAULT_CPU_PROBLEM

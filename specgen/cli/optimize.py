@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specgen.cli.optimize_job import (
+    CONNECTION_SETTINGS, Plan, check_remote_flags, devices_of, eval_options_of, job_config, kv_pool_plan, make_engine, plan_run,
+)
 from specgen.errors import UsageError
 from specgen.optimize.engine_kinds import ENGINES
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from specgen.messages import OptimizeResult, OptimizeSpec
     from specgen.optimize.job import JobConfig
 
-# What `--set` may change with --scheduler: the settings of this command's own connection.
-CONNECTION_SETTINGS = ("connect_timeout_s", "call_timeout_s", "scheduler_timeout_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -149,187 +147,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # ---------------------------------------------------------------------------------- choices
 
-@dataclass
-class _Plan:
-    """What a command line resolves to, before anything starts."""
-
-    problem_path: Path = Path()
-    problem_name: str = ""
-    llm: str = ""
-    trace_path: Path | None = None
-    notice: str = ""                           # said before the run, e.g. that a trace is replayed
-
-
-def _plan(args: argparse.Namespace, gpu: bool | None = None) -> _Plan:
-    """`gpu`: whether this host has a GPU (None: look), which picks the bundled default run."""
-    from specgen.traces.bundled import DEFAULT_PROBLEM, bundled_problem, bundled_trace, default_run
-
-    plan = _Plan()
-    if args.trace and args.llm not in (None, "replay"):
-        raise UsageError(f"--trace replays a recorded trace; it cannot go with --llm {args.llm}")
-    llm = "replay" if args.trace else args.llm
-    default_trace = None
-    if args.problem is None:
-        if llm not in (None, "replay"):
-            raise UsageError(f"--llm {llm} needs a PROBLEM.py to optimize")
-        name = DEFAULT_PROBLEM
-        if not args.trace:
-            # The first run: a hand-written Triton trace on a GPU host; on a CPU-only host a
-            # generated trace of a problem whose C++ kernels run natively.
-            name, default_trace = default_run(_host_has_gpu() if gpu is None else gpu)
-        plan.problem_path = bundled_problem(name)
-    else:
-        plan.problem_path = Path(args.problem)
-        if not plan.problem_path.is_file():
-            raise UsageError(f"problem file {args.problem} not found")
-    plan.problem_name = plan.problem_path.stem
-    plan.llm = llm or "replay"
-    if plan.llm == "replay":
-        if args.trace:
-            plan.trace_path = Path(args.trace)
-            if not plan.trace_path.is_file():
-                raise UsageError(f"trace file {args.trace} not found")
-        else:
-            plan.trace_path = default_trace or bundled_trace(plan.problem_name)
-            if plan.trace_path is None or not plan.trace_path.is_file():
-                raise UsageError(
-                    f"no engine configured and no bundled trace for {plan.problem_name}: pass "
-                    f"--llm vllm --model DIR, --llm openai --base-url URL --model NAME "
-                    f"--tokenizer DIR, or --trace FILE")
-            what = "bundled problem" if args.problem is None else "problem"
-            from specgen.traces.bundled import GENERATED_TRACES_DIR
-
-            generated = plan.trace_path.parent == GENERATED_TRACES_DIR
-            kind = ("generated (tools/make_traces.py --generated, seed 0)" if generated
-                    else "hand-written")
-            plan.notice = (f"No engine configured: replaying the bundled {kind} trace "
-                           f"{plan.trace_path.name} for the {what} {plan.problem_name} "
-                           f"(--llm vllm|openai runs a live model).")
-        if args.fork_model == "scripted":
-            plan.notice += (" Forks: the trace's pre-written outputs (a test fixture, no evidence "
-                            "of anything); timing: the trace's recorded times.")
-        else:
-            from specgen.engines.timing_model import TimingModel
-
-            timing = TimingModel.from_overrides(args.timing)
-            plan.notice += (f" Forks: fork model '{args.fork_model}'; timing: {timing.r1:g} "
-                            f"tokens/s per request up to {timing.knee:g} sequences, falling as "
-                            f"(knee/n)^{timing.beta:g} beyond, prefill {timing.prefill_tps:g} "
-                            f"tokens/s ({timing.source}).")
-    elif plan.llm == "vllm":
-        if not args.model:
-            raise UsageError("--llm vllm needs --model DIR (a local model directory)")
-    elif plan.llm == "openai":
-        missing = [flag for flag, value in (("--base-url", args.base_url), ("--model", args.model),
-                                            ("--tokenizer", args.tokenizer)) if not value]
-        if missing:
-            raise UsageError(f"--llm openai needs {', '.join(missing)}")
-    return plan
-
-
-def _kv_plan(plan: _Plan, args: argparse.Namespace, devices: list[str]):
-    """Where the KV pool goes: only a vLLM engine can use one; with --scheduler, the job's reasoner
-    places it (kv_pool.attach_in_cluster)."""
-    from specgen.kv.engine_config import KvPoolPlan, plan_kv_pool
-
-    if plan.llm != "vllm":
-        if args.kv_pool in ("host", "gpus"):
-            raise UsageError(f"--kv-pool {args.kv_pool} needs --llm vllm (the pool plugs into "
-                             f"vLLM's KV offloading); this run's engine is {plan.llm}")
-        return KvPoolPlan("", 0, f"no vLLM engine in this process ({plan.llm})")
-    if args.scheduler:
-        if not args.kv_pool_gib > 0:
-            raise UsageError(f"--kv-pool-gib must be > 0, got {args.kv_pool_gib}")
-        return KvPoolPlan("", 0, "placed by the job's reasoner in the cluster")
-    return plan_kv_pool(args.kv_pool, devices, pool_gib=args.kv_pool_gib)
-
-
-def _make_engine(plan: _Plan, args: argparse.Namespace) -> Engine:
-    """The engine of this process's run: the same description a scheduler job carries
-    (`_engine_spec`), built by the same registry (`engine_kinds`)."""
-    from specgen.optimize.engine_kinds import build_engine
-
-    return build_engine(_engine_spec(plan, args), plan.problem_name, where="the engine")
-
-
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
-
-
-def _host_has_gpu() -> bool:
-    return _gpu_count() > 0
-
-
-def _default_devices() -> list[str]:
-    gpus = _gpu_count()
-    if gpus:
-        return [f"cuda:{i}" for i in range(gpus)]
-    return ["cpu"] * max(1, min(4, os.cpu_count() or 1))
-
-
-def _devices(args: argparse.Namespace) -> list[str]:
-    if not args.devices:
-        return _default_devices()
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-    for device in devices:
-        if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
-            raise UsageError(f"--devices: {device!r} is neither cpu nor cuda:N")
-    if not devices:
-        raise UsageError("--devices names no device")
-    return devices
-
 
 # ---------------------------------------------------------------------------------- running
-
-def job_config(plan: _Plan, args: argparse.Namespace, engine: Engine | None,
-               resumed: OptimizeSpec | None = None) -> JobConfig:
-    """The job the command line describes, typed and checked (`resumed`: the optimize spec of the
-    run `--resume` continues). Built once; it reaches the job's reasoner as its JobSpec."""
-    from specgen.optimize.job import JobConfig
-    from specgen.optimize.modes import check_spec
-
-    spec = resumed if resumed is not None else _spec(plan, args, engine)
-    check_spec(spec)
-    return JobConfig(optimize=spec, engine=_engine_spec(plan, args))
-
-
-def _spec(plan: _Plan, args: argparse.Namespace, engine: Engine | None) -> OptimizeSpec:
-    from specgen.messages import OptimizeSpec
-
-    max_iterations = args.max_iterations
-    if max_iterations is None:
-        trace = getattr(engine, "trace", None)
-        max_iterations = len(trace.iterations) if trace is not None else 4
-    from specgen.runtime.ids import new_id
-
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return OptimizeSpec(
-        # Readable, and unguessable by its random end (runtime/ids.py): a job id on a shared
-        # scheduler is no one else's to aim at.
-        job_id=new_id(f"{plan.problem_name}-{args.mode}-{stamp}"),
-        problem_name=plan.problem_name,
-        problem_source=plan.problem_path.read_text(),
-        mode=args.mode,
-        time_budget_s=args.time_budget,
-        token_budget=args.token_budget,
-        max_iterations=max_iterations,
-        target_speedup=args.target_speedup,
-        improvement_margin=args.margin,
-        best_of_n=args.best_of,
-        drain_speculative=getattr(args, "drain_speculative", False),   # absent from older runs' settings
-        fork_max_tokens=args.fork_max_tokens,
-        reasoning_max_tokens=args.reasoning_max_tokens,
-        forking=not args.no_forking,
-        early_termination=not args.no_early_termination,
-        inline_candidates=not args.no_inline_candidates,
-        load_aware=not args.no_load_aware,
-        elastic_pools=not args.static_pools,
-    )
 
 
 _NOT_SAVED = ("func", "resume", "force", "quiet")
@@ -390,13 +209,13 @@ def run_optimize(args: argparse.Namespace) -> int:
             return 0
         args, resumed_spec = found
     # Everything the command line can get wrong is checked before anything is said or started.
-    plan = _plan(args)
-    devices = _devices(args)
+    plan = plan_run(args)
+    devices = devices_of(args)
     if plan.llm == "vllm" and not args.devices and len(devices) > 1 and devices[0] == "cuda:0":
         # vLLM runs on cuda:0: it evaluates only when asked for (--devices), so that profiling
         # timings never share a GPU with the reasoning
         devices = devices[1:]
-    eval_options = _eval_options(args)
+    eval_options = eval_options_of(args)
     overrides = list(args.runtime_settings or [])
     if overrides:
         RuntimeSettings().with_overrides(overrides)
@@ -404,12 +223,12 @@ def run_optimize(args: argparse.Namespace) -> int:
         check_out_dir(Path(args.out), args.force)   # before an engine loads a model
     kind = "remote" if args.scheduler else ("inprocess" if args.evaluation == "inprocess" else "local")
     if kind == "remote":
-        _check_remote_flags(args, eval_options)
+        check_remote_flags(args, eval_options)
     # With --scheduler the job's reasoner places the pool (--kv-pool goes with the job's options).
-    kv_plan = _kv_plan(plan, args, devices)
+    kv_plan = kv_pool_plan(plan, args, devices)
     # The loop runs as the job's reasoner, which makes its own engine; a replayed trace is opened
     # here too, to check it and count its iterations.
-    engine = _make_engine(plan, args) if plan.llm == "replay" else None
+    engine = make_engine(plan, args) if plan.llm == "replay" else None
     config = job_config(plan, args, engine, resumed_spec)
     spec = config.optimize
 
@@ -496,61 +315,6 @@ def _resumable(cluster: Any, exc: Exception, out_dir: Path) -> Exception:
                           f"optimize --resume {shlex.quote(str(out_dir))}")
 
 
-def _eval_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The evaluation options the command line sets (EvalOptions' field names), checked."""
-    eval_options: dict[str, Any] = {}
-    for flag, least in (("trials", 1), ("timing_trials", 2)):
-        value = getattr(args, flag)
-        if value is not None:
-            if value < least:
-                raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
-            eval_options[flag] = value
-    eval_timeout = getattr(args, "eval_timeout", None)    # absent from runs saved before it existed
-    if eval_timeout is not None:
-        if not eval_timeout > 0:
-            raise UsageError(f"--eval-timeout must be more than 0 seconds, got {eval_timeout}")
-        eval_options["timeout_s"] = eval_timeout
-    return eval_options
-
-
-def _check_remote_flags(args: argparse.Namespace, eval_options: dict[str, Any]) -> None:
-    """What --scheduler cannot go with: the cluster's scheduler and nodes decide where and how
-    evaluations run."""
-    names = [pair.partition("=")[0] for pair in args.runtime_settings]
-    cluster_settings = [name for name in names if name not in CONNECTION_SETTINGS]
-    evaluation_flags = [f for f, key in (("--trials", "trials"), ("--timing-trials", "timing_trials"),
-                                         ("--eval-timeout", "timeout_s")) if key in eval_options]
-    for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
-                        (f"--set {', '.join(cluster_settings)}", cluster_settings),
-                        (" and ".join(evaluation_flags), evaluation_flags)):
-        if given:
-            raise UsageError(f"{flag} cannot go with --scheduler: the cluster's scheduler and "
-                             f"nodes decide where and how evaluations run (--set takes only this "
-                             f"command's connection settings there: {', '.join(CONNECTION_SETTINGS)}; "
-                             f"a node's evaluation options are its own `--set eval_options=...`)")
-
-
-def _engine_spec(plan: _Plan, args: argparse.Namespace) -> Any:
-    """The job's engine (an `engine_kinds.EngineSpec`, its `options["engine"]`): what its
-    reasoner generates with. Paths are read where the scheduler runs the reasoner."""
-    from specgen.optimize.engine_kinds import engine_spec
-
-    if plan.llm == "replay":
-        assert plan.trace_path is not None
-        raw = {"trace": str(plan.trace_path.resolve()), "speed": args.speed,
-               "fork_model": args.fork_model, "timing": list(args.timing or [])}
-    elif plan.llm == "vllm":
-        raw = {"model": str(Path(args.model).resolve()), "kv_pool": args.kv_pool,
-               "kv_pool_gib": args.kv_pool_gib}
-    else:
-        # Any other registered engine (openai among them): the flags its spec has fields for.
-        given = {"base_url": args.base_url, "model": args.model}
-        raw = {k: v for k, v in given.items() if v is not None and k in ENGINES[plan.llm].keys}
-    if args.tokenizer:
-        raw["tokenizer"] = args.tokenizer
-    return engine_spec({"llm": plan.llm, **raw}, where="the engine")
-
-
 def _follow(client: Any, config: JobConfig, emit: Callable[[Any], None], say: Callable[[str], None], *,
             existing: bool = False, where: str = "") -> OptimizeResult:
     """Submit the job to `client`'s scheduler (or, `existing`, follow the one it already runs: a
@@ -578,7 +342,7 @@ def _follow(client: Any, config: JobConfig, emit: Callable[[Any], None], say: Ca
         raise
 
 
-def _closing_screen(result: OptimizeResult, written: dict[str, Path], plan: _Plan,
+def _closing_screen(result: OptimizeResult, written: dict[str, Path], plan: Plan,
                     args: argparse.Namespace, devices: list[str], eval_options: dict[str, Any],
                     say: Callable[[str], None], stream: Any) -> None:
     """The first-run screen (specgen/optimize/first_run.py): the best kernel, how much reasoning

@@ -1,8 +1,11 @@
-"""`specgen` command line: each area registers its own subcommands.
+"""`specgen` command line: every command's glue, and nothing else imports it.
 
-Every module listed in `COMMAND_MODULES` exposes `register(subparsers)`, adding parsers whose
-`func(args) -> int` runs the command. Modules import heavy packages (torch, vLLM) inside their
-command functions so that `specgen --help` stays fast.
+One module per command (`eval`, `runtime`: serve, node and keys, `optimize` with the job it builds
+from its flags in `optimize_job`, `trace`, `bench`, `simulate`), each exposing
+`register(subparsers)`, adding parsers whose `func(args) -> int` runs the command. They turn flags
+into the library's typed configs and call the library; no library module imports this package.
+Modules import heavy packages (torch, vLLM) inside their command functions so that `specgen
+--help` stays fast.
 """
 from __future__ import annotations
 
@@ -13,12 +16,12 @@ import sys
 from specgen.errors import SpecgenError, UsageError
 
 COMMAND_MODULES = [
-    "specgen.eval.commands",
-    "specgen.runtime.commands",
-    "specgen.optimize.commands",
-    "specgen.traces.commands",
-    "specgen.bench.command",
-    "specgen.simulate.commands",
+    "specgen.cli.eval",
+    "specgen.cli.runtime",
+    "specgen.cli.optimize",
+    "specgen.cli.trace",
+    "specgen.cli.bench",
+    "specgen.cli.simulate",
 ]
 
 

@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _devices(arg: str) -> list[str]:
     if arg:
         return [d.strip() for d in arg.split(",") if d.strip()]
-    from specgen.optimize.commands import _default_devices
+    from specgen.cli.optimize_job import default_devices as _default_devices
 
     devices = _default_devices()
     return devices if any(d.startswith("cuda") for d in devices) else ["cpu", "cpu"]

@@ -12,8 +12,8 @@ from specgen.cli import main
 from specgen.messages import OptimizeEvent, OptimizeResult
 from specgen.traces.bundled import bundled_problem
 
-from .chrome_trace import load_chrome_trace
-from .conftest import PROBLEMS
+from tests.optimize.chrome_trace import load_chrome_trace
+from tests.optimize.conftest import PROBLEMS
 
 
 def test_default_run_replays_the_bundled_trace_through_the_runtime(tmp_path, capsys) -> None:
