@@ -6,7 +6,7 @@ the fork suffix (`fork_prompt.py`), sent to the engine that streams the reasonin
 cache holds the reasoning's blocks. A fork's output, and a program the reasoning itself completes,
 go to the job as candidate sources through one callback; the job numbers them, drops duplicates and
 submits them, and the record it returns says whether a fork found something new. Evaluation reaches
-the forker only as a load probe for the load-aware gate; judging and iterations not at all.
+the forker only as a load probe for the load-aware gate; the referee and iterations not at all.
 
 A `Forker` serves one stream; what a job's forks add up to across its streams (request numbering,
 tokens, vetoed points, recent yields, every fork's record) is a `ForkTally` the job journals and a

@@ -119,7 +119,7 @@ class SimJob:
         self.candidates: dict[str, dict[str, Any]] = {}    # id -> {order, iteration, source, verdicts}
         self.open: dict[int, set[str]] = {}                 # iteration -> candidates without a final verdict
         # iteration -> the open candidates that stand for its answers (an answer repeating an
-        # earlier program waits for that program's verdict), as OptimizeJob._answer_ids does
+        # earlier program waits for that program's verdict), as the loop's candidates.answer_ids does
         self.answers: dict[int, set[str]] = {}
         self.by_fp: dict[str, str] = {}                     # program -> its candidate (dedup)
         self.best: float | None = None
