@@ -4,8 +4,8 @@
 prints its message as one line and exits with code 2; it never shows a traceback for it. Every
 other error specgen raises on purpose derives from `SpecgenError` too (beside the built-in type
 its callers catch, e.g. `RunnerError(SpecgenError, RuntimeError)`), and the CLI prints it as one
-line (exit 1). Left outside on purpose: private control-flow signals inside one function's
-module (`judge._Stop`) and the importer's `ImportInterrupted`, a `BaseException` so that no
+line (exit 1). Left outside on purpose: the judge's internal control-flow signals
+(`eval/findings.Stop`) and the importer's `ImportInterrupted`, a `BaseException` so that no
 `except Exception` swallows a signal.
 """
 

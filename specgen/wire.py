@@ -4,7 +4,7 @@ costs a send and a receive call (each a trip into libzmq) at every hop.
 
 Every ZeroMQ channel frames its messages this way: the actors' (specgen.runtime, which imports
 this module as `specgen.runtime.wire`) and the KV pools' control channel (specgen.kv.pool_control).
-It sits just above messages.py so that both layers can use it.
+It sits just above specgen.messages so that both layers can use it.
 
 Decoding is strict and never raises anything but `WireError`, whose `code` and message go back
 to the sender as an `ErrorReply`; a bad frame costs its sender an error, never the actor.

@@ -14,7 +14,7 @@ from specgen.errors import SpecgenError
 
 # Private control-flow signals, a BaseException that no `except Exception` may swallow, a warning,
 # and the C++ extension's own type (pybind11 registers it on RuntimeError).
-OUTSIDE = {"specgen.eval.judge._ReferenceFailed", "specgen.eval.judge._Stop",
+OUTSIDE = {"specgen.eval.profiling._ReferenceFailed", "specgen.eval.findings.Stop",
            "specgen.traces.importing.staging.ImportInterrupted",
            "specgen.traces.importing.importer.TraceImportWarning",
            "specgen.kv._kv_transfer.KvTransferError"}

@@ -9,10 +9,10 @@ no CUDA context) from which it forks, inside the sandbox:
   ready), used for that one candidate and then killed with its whole tree;
 * a **build runner** per candidate with `load_inline` extensions not yet in the cache.
 
-`run()` parses the sources (nothing of them runs here), builds what needs building, and lets the
-judge (eval/judge.py) make the verdict from the two runners. The reference's timing is cached per
-problem source, device and timing settings; builds are cached per candidate source. Nothing a
-candidate does can crash the worker or reach another candidate's run.
+`run()` parses the sources (nothing of them runs here), builds what needs building (eval/builds.py),
+and lets the judge (eval/judge.py) make the verdict from the two runners. The reference's timing is
+cached per problem source, device and timing settings; builds are cached per candidate source.
+Nothing a candidate does can crash the worker or reach another candidate's run.
 """
 from __future__ import annotations
 
@@ -31,46 +31,21 @@ import msgspec
 
 from specgen.errors import UsageError
 from specgen.eval import runner_process, sandbox
+from specgen.eval.builds import Builds
 from specgen.eval.device_turns import DeviceTurns
-from specgen.eval.extensions import publish_builds
-from specgen.eval.judge import Judge, ProblemState, new_init_seed
+from specgen.eval.inputs import new_init_seed
+from specgen.eval.judge import Judge, ProblemState
 from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_text, problem_from_text
 from specgen.eval.redact import redact_verdict
 from specgen.eval.runner_process import Runner, RunnerError, SparePool, Template
 from specgen.eval.sandbox import SandboxStatus
-from specgen.messages import (Build, BuildResult, CandidateSubmission, EvalOptions, LoadProblem,
+from specgen.messages import (BuildResult, CandidateSubmission, EvalOptions, LoadProblem,
                               ProblemLoaded, RefTiming, RunnerReady, Verdict)
 
 log = logging.getLogger(__name__)
 
 STAGES = ("validate", "profile", "full")
 SANDBOX_MODES = ("required", "optional", "off")
-
-
-class _Inflight:
-    """Builds in progress in this process, by cache directory and candidate source hash: a
-    worker that needs a build another thread is running waits for it instead of compiling twice."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: dict[tuple[str, str], threading.Event] = {}
-
-    def claim(self, key: tuple[str, str]) -> threading.Event | None:
-        """None: the caller builds (and must `release`); else an event to wait on."""
-        with self._lock:
-            if key in self._events:
-                return self._events[key]
-            self._events[key] = threading.Event()
-            return None
-
-    def release(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            event = self._events.pop(key, None)
-        if event is not None:
-            event.set()
-
-
-_INFLIGHT = _Inflight()
 
 
 class RefTimingCache:
@@ -151,6 +126,7 @@ class EvalWorker:
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
         self._turns: DeviceTurns | None = None
+        self._builds = Builds(self.cache_dir, self.options, self._fork)
         self.evaluated = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -306,65 +282,7 @@ class EvalWorker:
             candidate = candidate_from_text(candidate.candidate_source)
         elif isinstance(candidate, str):
             candidate = candidate_from_text(candidate)
-        return self._build(candidate, in_run=False)
-
-    def _build(self, candidate: CandidateSource, in_run: bool) -> BuildResult:
-        if not candidate.needs_build:
-            return BuildResult()
-        marker = self.cache_dir / "ext" / "by-source" / f"{candidate.sha256}.json"
-        key = (str(self.cache_dir), candidate.sha256)
-        while True:
-            cached = _read_marker(marker)
-            if cached is not None:
-                cached.seconds = 0.0
-                for record in cached.records:
-                    record.cached = True
-                return cached
-            waiting = _INFLIGHT.claim(key)
-            if waiting is None:
-                break
-            waiting.wait(self.options.build_timeout_s)
-        try:
-            return self._run_build(candidate, marker, in_run)
-        finally:
-            _INFLIGHT.release(key)
-
-    def _run_build(self, candidate: CandidateSource, marker: Path, in_run: bool) -> BuildResult:
-        began = time.monotonic()
-        if self._template is None:
-            return BuildResult(module_error="build runner failed: the worker is closed")
-        try:
-            runner = self._fork("build")
-        except RunnerError as exc:
-            return BuildResult(module_error=f"build runner failed: {exc}")
-        if in_run:
-            self._track(runner)
-        try:
-            runner.wait_ready(self.options.spawn_timeout_s)
-            received, why = runner.request(
-                Build(candidate_source=candidate.text, cache_dir=str(self.cache_dir)),
-                time.monotonic() + self.options.build_timeout_s, "EvalOptions.build_timeout_s",
-                self._cancelled if in_run else (lambda: False))
-        except RunnerError as exc:
-            received, why = None, str(exc)
-        finally:
-            runner.kill()
-            runner.remove_log()
-            if in_run:
-                self._track(runner, add=False)
-        if received is None or not isinstance(received.message, BuildResult):
-            return BuildResult(module_error=f"build {why or 'runner answered something else'}",
-                               seconds=time.monotonic() - began)
-        result = received.message
-        # The build runner ran the candidate's module: only the worker writes the cache.
-        publish_builds(self.cache_dir, candidate.sha256, result)
-        result.libraries = []
-        if result.records and all(r.ok or r.error for r in result.records):
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            staging = marker.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            staging.write_bytes(msgspec.json.encode(result))
-            os.replace(staging, marker)
-        return result
+        return self._builds.build(candidate)
 
     # ------------------------------------------------------------------ the reference
     def _reference_for(self, problem: ProblemSource) -> tuple[_Reference | None, str | None]:
@@ -451,7 +369,7 @@ class EvalWorker:
                                   f"({self.sandbox_status.detail}); set EvalOptions.sandbox="
                                   f"'optional' (specgen-node --allow-unsandboxed) to run them "
                                   f"anyway"), code="refused", cpu_timing=cpu_timing)
-        build = self._build(candidate, in_run=True)
+        build = self._builds.build(candidate, self._cancelled, self._track)
         if candidate.needs_build:
             seconds["build"] = round(build.seconds, 4)
         if self._cancelled():
@@ -535,10 +453,3 @@ def query_capability(device: str) -> str:
         return ""
     value = done.stdout.strip().splitlines()[0].strip() if done.stdout.strip() else ""
     return value if done.returncode == 0 and value.replace(".", "").isdigit() else ""
-
-
-def _read_marker(path: Path) -> BuildResult | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=BuildResult)
-    except (OSError, msgspec.DecodeError, RecursionError):
-        return None

@@ -1,6 +1,6 @@
 """The channel between the judge and one runner: a SOCK_SEQPACKET socket pair on one host.
 
-Each message is one struct of `specgen.messages` ("evaluation runners"): `RunnerRequest` one way,
+Each message is one struct of `specgen.messages.runners`: `RunnerRequest` one way,
 `RunnerReply` the other, as msgpack, decoded strictly. A message longer than one packet travels
 as several (a first byte says whether more follow). A SOCK_SEQPACKET socket, not a pipe, because:
 

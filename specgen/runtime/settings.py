@@ -109,7 +109,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             msgspec.convert(self.eval_options, EvalOptions)
         except msgspec.ValidationError as exc:
             raise UsageError(f"setting eval_options: {exc} (the fields are EvalOptions', "
-                             "specgen/messages.py)") from None
+                             "specgen/messages/runners.py)") from None
         if self.kv_control_bind is not None:
             from specgen.runtime.auth import is_loopback
 

@@ -47,38 +47,38 @@ class Guard(NamedTuple):
 
 GUARDS: tuple[Guard, ...] = (
     # --- the judge's own steps
-    Guard("judge:Judge.trial", "",
+    Guard("inputs:Inputs.trial", "",
           "memoized or precomputed outputs: every call's inputs come from a fresh seed the "
           "candidate learns only with the request"),
-    Guard("judge:Judge.checked", "tensor-subclass",
+    Guard("output_checks:OutputChecks.checked", "tensor-subclass",
           "wrong, stale, unwritten, NaN, near-zero or lazy outputs: the whole output, copied out, "
           "compared by the reference with its accurate value"),
-    Guard("judge:Judge._digests_differ", "",
+    Guard("output_checks:OutputChecks.digests_differ", "",
           "work finishing after the call returned (threads, side streams), outputs changing "
           "after the call: the digest read as the call returned must match"),
-    Guard("judge:Judge.timed", "",
+    Guard("exchange:Exchange.timed", "",
           "a swapped clock, events or synchronize: times are the judge's, from its request to "
           "the kernel's timestamp on the reply"),
-    Guard("judge:Judge.nothing", "",
+    Guard("profiling:Profiler.nothing", "",
           "the judge's own costs: the same path timed with no call in the reference runner, "
           "subtracted for both sides; for the candidate at most what the reference's own "
           "timing found (a candidate that loads the host between its calls gains nothing)"),
-    Guard("judge:Judge._inputs_unchanged", "mutated-inputs",
+    Guard("output_checks:OutputChecks.inputs_unchanged", "mutated-inputs",
           "inputs zeroed or overwritten (a reference run on the same tensors would agree; a "
           "caller's data is clobbered): every call's inputs are digested after it"),
-    Guard("judge:Judge._check_last", "",
+    Guard("output_checks:OutputChecks.check_last", "",
           "behaving only until timed: timed calls' digests, and some timed outputs compared in "
           "full, chosen after the call"),
-    Guard("judge:Judge._memo_probe", "memoized",
+    Guard("probes:Probes._memo_probe", "memoized",
           "a result cached by data pointer or shape: the same tensors refilled with new values"),
-    Guard("judge:Judge._second_shape", "hard-coded-shape",
+    Guard("probes:Probes._second_shape", "hard-coded-shape",
           "kernels hard-coded to the one input shape the problem uses"),
-    Guard("judge:Judge._randomized_params", "parameter-mismatch initial-params-only",
+    Guard("probes:Probes._randomized_params", "parameter-mismatch initial-params-only",
           "wrong-shape parameters, and outputs baked in for the initial weights"),
-    Guard("judge:Judge._kernels_ran", "custom-kernel-not-run",
+    Guard("probes:Probes.kernels_ran", "custom-kernel-not-run",
           "an extension that failed to build, or kernels that never run, with PyTorch doing the "
           "work (a fallback only counts when it ran)"),
-    Guard("judge:Judge._floor", "beyond-floor",
+    Guard("profiling:Profiler._floor", "beyond-floor",
           "a time below what memory bandwidth and compute allow"),
     Guard("compare:compare_tensor", "",
           "precision lowered beyond the problem's (TF32, half precision): outputs are compared "

@@ -1,0 +1,103 @@
+"""The judge's requests to its two runners (eval/judge.py): each sent in a turn on the device,
+within the evaluation's deadline, its reply checked for type; a request that gets no fit reply
+stops the evaluation with the verdict saying why, and whose fault it was.
+
+Workers sharing the GPU take turns (eval/device_turns.py): between this judge's requests its
+candidate runner is stopped, so nothing of it runs beside another worker's timing.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Iterator
+
+from specgen.eval.device_turns import DeviceTurns
+from specgen.eval.findings import Findings, Stop
+from specgen.eval.runner_process import Runner
+from specgen.messages import Trial, TrialDone
+
+
+class Exchange:
+    """One evaluation's channel to its reference and candidate runners (see the module doc)."""
+
+    def __init__(self, findings: Findings, reference: Runner, candidate: Runner, timeout_s: float,
+                 cancelled: Callable[[], bool], turns: DeviceTurns | None) -> None:
+        self.findings = findings
+        self.reference = reference
+        self.candidate = candidate
+        self.timeout_s = timeout_s
+        self.cancelled = cancelled
+        self.deadline = time.monotonic() + timeout_s
+        self.turns = turns or DeviceTurns("cpu")
+        self._candidate_running = not self.turns.active
+        if self.turns.active:
+            candidate.pause()
+
+    @contextlib.contextmanager
+    def turn(self, exclusive: bool = False, candidate: bool = True) -> Iterator[None]:
+        """A request (shared) or a timing (exclusive) on a GPU other workers may share, with the
+        candidate runner let run for it when `candidate`."""
+        seconds = self.findings.seconds
+        began = time.perf_counter()
+        with self.turns.exclusive() if exclusive else self.turns.shared():
+            seconds["turn_wait"] = seconds.get("turn_wait", 0.0) + time.perf_counter() - began
+            outer = candidate and not self._candidate_running
+            if outer:
+                self.candidate.resume()
+                self._candidate_running = True
+            try:
+                yield
+            finally:
+                if outer:
+                    self.candidate.pause()
+                    self._candidate_running = False
+
+    def ask(self, runner: Runner, message: Any, expect: type, fds: tuple[int, ...] = ()) -> Any:
+        """Send one request and return its reply, or stop: the verdict says why (and whose)."""
+        with self.turn(candidate=runner is self.candidate):
+            received, why = runner.request(message, self.deadline, self.timeout_setting(),
+                                           self.cancelled, fds)
+        if received is None:
+            self.no_reply(runner, why)
+        if not isinstance(received.message, expect):
+            runner.kill()
+            self.findings.fail(f"the {runner.role} runner answered {type(received.message).__name__} "
+                               f"to {type(message).__name__}")
+            raise Stop
+        return received
+
+    def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, float]:
+        """One timed call: (reply, milliseconds from the request to the reply's timestamp)."""
+        sent = runner.send(trial)
+        received, why = runner.receive(self.deadline, self.timeout_setting(), self.cancelled,
+                                       kill_on_cancel=runner.role != "reference")
+        if received is None:
+            self.no_reply(runner, why, " (while timed)")
+        if not isinstance(received.message, TrialDone):
+            runner.kill()
+            self.findings.fail(f"the {runner.role} runner answered {type(received.message).__name__} "
+                               "to a timed call")
+            raise Stop
+        arrived = received.stamp_ns if received.stamp_ns is not None else \
+            time.clock_gettime_ns(time.CLOCK_REALTIME)
+        return received.message, (arrived - sent) / 1e6
+
+    def timeout_setting(self) -> str:
+        return f"EvalOptions.timeout_s = {self.timeout_s:g} s"
+
+    def no_reply(self, runner: Runner, why: str | None, when: str = "") -> None:
+        """Stop for a request that got no reply: the verdict says why, and whose fault it was.
+        A runner killed by a cancel reads as cancelled, not as a death."""
+        verdict, fail = self.findings.verdict, self.findings.fail
+        if why == "cancelled" or self.cancelled():
+            verdict.error, verdict.code = "cancelled", "cancelled"
+        elif runner.role == "reference":
+            fail(f"the reference runner failed: {why}{when} (the reference, not the candidate)")
+            verdict.code = verdict.code or "reference"
+        elif why is not None and why.startswith("the candidate runner"):
+            fail(f"{why}{when}")
+        else:
+            fail(f"candidate {why}{when}")
+            if why is not None and why.startswith("timed out"):
+                verdict.code = verdict.code or "timeout"
+        raise Stop

@@ -1,0 +1,47 @@
+"""The judge's seeds: every call's inputs and digest weights, and which timed calls are compared in
+full, are drawn here, fresh per call and unpredictable (EvalOptions.seed pins them, for tests).
+
+A runner makes a call's inputs from its seed (the problem's own `get_inputs()` after seeding), so a
+candidate learns them only with the request: nothing computed ahead of it can be right.
+"""
+from __future__ import annotations
+
+import random
+import secrets
+from typing import Any, Sequence
+
+from specgen.messages import Trial
+
+
+class Inputs:
+    """The seeds of one evaluation; `trial()` numbers the calls in the order they are made."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.rng = random.Random(seed) if seed is not None else random.SystemRandom()
+        self.index = 0
+
+    def seed(self) -> int:
+        return self.rng.randrange(1, 2**62)
+
+    def trial(self, **fields: Any) -> Trial:
+        self.index += 1
+        return Trial(index=self.index, seed=self.seed(), digest_seed=self.seed(), **fields)
+
+    def pick(self, population: Sequence[int], count: int) -> set[int]:
+        """`count` of `population`, drawn unpredictably (the timed calls compared in full)."""
+        return set(self.rng.sample(population, count))
+
+
+def other_size(value: int) -> int:
+    """A different size of the same kind: 3/4 of it (kept even), or one more when small."""
+    if value < 4:
+        return value + 1
+    other = (value * 3) // 4
+    if value % 2 == 0 and other % 2:
+        other += 1
+    return other if other != value else value + 2
+
+
+def new_init_seed() -> int:
+    """The seed both models of a problem are built after (LoadProblem.init_seed)."""
+    return secrets.randbelow(2**31 - 2) + 1

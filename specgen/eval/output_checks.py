@@ -1,0 +1,208 @@
+"""The candidate's calls checked against the reference (eval/judge.py): its whole output, copied
+into a shared buffer, compared by the reference runner with the accurate value; its digest, read
+as the call returned, matched with the reference's; its inputs left as the reference's call
+leaves them. What its runner reports besides (launches, kernel errors, tensor subclasses) can
+only reject it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from specgen.eval.exchange import Exchange
+from specgen.eval.findings import Findings, Stop
+from specgen.messages import Compare, Compared, EvalOptions, OutputMeta, Ship, Shipped, Trial, TrialDone
+
+DIGEST_SIGMAS = 6.0             # a right output's digest misses by more than this 2e-9 of the time
+
+
+def _memfd(size: int) -> int:
+    """A sealed shared buffer of `size` bytes (pages exist only once written)."""
+    import fcntl
+
+    fd = os.memfd_create("specgen-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, max(size, 1))
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+def digest_bound(tol_norm: float, ref_error_norm: float, reference: float) -> float:
+    """How far a right output's digest may be from the reference's.
+
+    With W standard normal and e = output - reference independent of W, sum(e x W) is normal
+    with deviation |e|; a right output has |e| <= |tolerance| + |reference error|. (The runner
+    computes the digest, so the candidate's process can know W; to match the reference's digest
+    with a wrong output it would still need the reference's digest, which only the right output
+    gives it.)"""
+    return DIGEST_SIGMAS * (tol_norm + ref_error_norm) + 1e-9 * abs(reference) + 1e-12
+
+
+class OutputChecks:
+    """The checks of one evaluation's candidate calls, and what they learnt of the problem on the
+    way: `ref_error_norms` (the reference's own error, largest seen per output, kept with the
+    problem) and whether the problem's Model changes its inputs."""
+
+    def __init__(self, findings: Findings, exchange: Exchange, options: EvalOptions,
+                 ref_error_norms: list[float]) -> None:
+        self.findings = findings
+        self.exchange = exchange
+        self.options = options
+        self.ref_error_norms = ref_error_norms
+        self.launches = 0               # the candidate's custom-kernel launches, as its runner counts
+        self.reference_mutates = False
+        self._buffer_fd: int | None = None
+        self._buffer_size = 0
+
+    def buffer(self, nbytes: int) -> int:
+        if self._buffer_fd is None or nbytes > self._buffer_size:
+            if self._buffer_fd is not None:
+                os.close(self._buffer_fd)
+            self._buffer_size = max(nbytes, 1 << 20)
+            self._buffer_fd = _memfd(self._buffer_size)
+        return self._buffer_fd
+
+    def close(self) -> None:
+        if self._buffer_fd is not None:
+            os.close(self._buffer_fd)
+            self._buffer_fd = None
+
+    # ------------------------------------------------------------------ one checked call
+    def call(self, trial: Trial, what: str, error_flag: str | None = None) -> TrialDone | None:
+        """The candidate's call of `trial`; its error stops the evaluation (or, with
+        `error_flag`, becomes that flag and None)."""
+        findings = self.findings
+        first = "first_call" not in findings.seconds
+        began = time.monotonic()
+        done: TrialDone = self.exchange.ask(self.exchange.candidate, trial, TrialDone).message
+        if first:
+            # The first call compiles Triton kernels (JIT): reported apart as compile time.
+            findings.seconds["first_call"] = time.monotonic() - began
+        self.launches += done.launches
+        if done.index != trial.index:
+            findings.fail(f"the candidate's runner answered trial {done.index} to trial {trial.index}")
+            raise Stop
+        if done.error:
+            if error_flag is not None:
+                findings.flag(f"{error_flag}: ModelNew raised on {what}: {done.error[:300]}")
+                return None
+            findings.fail(f"{done.error} ({what})")
+            raise Stop
+        if done.kernel_errors:
+            findings.flag(f"kernel-error-fallback: its kernel raised on {what} and the call still "
+                          f"returned: {done.kernel_errors[0]}")
+        for meta in done.outputs:
+            if meta.kind == "tensor" and not meta.plain:
+                findings.flag(f"tensor-subclass: returned a tensor subclass on {what}")
+        return done
+
+    def checked(self, trial: Trial, what: str, mismatch_flag: str | None = None) -> bool:
+        """Run `trial` on the candidate, compare its whole output with the reference's accurate
+        value and its digest with the reference's. False (and the verdict says why, or the flag
+        `mismatch_flag` when given, also for a call that raised) when they differ."""
+        findings, exchange = self.findings, self.exchange
+        code = mismatch_flag.split(":", 1)[0] if mismatch_flag else None
+        done = self.call(trial, what, error_flag=code)
+        if done is None:
+            return False
+        tensors = [m for m in done.outputs if m.kind == "tensor"]
+        slots_size = sum((m.nbytes + 63) // 64 * 64 for m in tensors)
+        buffer = self.buffer(slots_size)
+        shipped: Shipped = exchange.ask(exchange.candidate, Ship(index=trial.index), Shipped,
+                                        (buffer,)).message
+        if shipped.error:
+            findings.fail(f"the candidate's output could not be read ({what}): {shipped.error}")
+            raise Stop
+        compared: Compared = exchange.ask(
+            exchange.reference, Compare(trial=trial, slots=shipped.slots, atol=self.options.atol,
+                                        rtol=self.options.rtol), Compared, (buffer,)).message
+        if compared.problem_error:
+            findings.fail(f"{compared.problem_error} ({what}; the reference, not the candidate)")
+            raise Stop
+        if compared.accurate and not any(n.startswith("accurate reference") for n in findings.notes):
+            findings.notes.append(f"accurate reference: {compared.accurate}")
+        findings.comparison(compared.max_abs, compared.max_rel)
+        reason = compared.reason if not compared.ok else None
+        if reason is None:
+            reason = self._numbers_differ(done.outputs, compared.outputs)
+        if reason is None:
+            reason = self.digests_differ(done.digests, compared.digests, compared.tol_norms,
+                                         compared.ref_error_norms, what)
+        if reason is None:
+            if not trial.shape and not trial.refill_seed:
+                self._keep_ref_error(compared.ref_error_norms)
+            self.reference_mutates = self.reference_mutates or compared.reference_mutates
+            if not compared.reference_mutates and trial.refill_seed is None:
+                self.inputs_unchanged(done.input_digests, compared.input_digests, what)
+            return True
+        if mismatch_flag is None:
+            findings.fail(f"{reason} ({what})")
+            raise Stop
+        findings.flag(f"{mismatch_flag} ({reason})")
+        return False
+
+    def check_last(self, trial: Trial, what: str) -> None:
+        """The output of the timed call just made, compared in full (chosen unpredictably)."""
+        findings, exchange = self.findings, self.exchange
+        # The candidate still holds it: ship it and let the reference compare.
+        received, why = exchange.candidate.request(Ship(index=trial.index), exchange.deadline,
+                                                   "EvalOptions.timeout_s", exchange.cancelled,
+                                                   (self.buffer(self._buffer_size),))
+        if received is None or not isinstance(received.message, Shipped) or received.message.error:
+            findings.fail(f"the candidate's output could not be read ({what}): "
+                          f"{why or getattr(received.message, 'error', '')}")
+            raise Stop
+        compared: Compared = exchange.ask(
+            exchange.reference, Compare(trial=trial, slots=received.message.slots,
+                                        atol=self.options.atol, rtol=self.options.rtol),
+            Compared, (self.buffer(self._buffer_size),)).message
+        if compared.problem_error:
+            findings.fail(f"{compared.problem_error} ({what}; the reference, not the candidate)")
+            raise Stop
+        if not compared.ok:
+            findings.fail(f"{compared.reason} ({what})")
+            raise Stop
+
+    # ------------------------------------------------------------------ the comparisons
+    def _numbers_differ(self, cand: list[OutputMeta], ref: list[OutputMeta]) -> str | None:
+        if len(cand) != len(ref):
+            return f"returned {len(cand)} outputs, the reference returns {len(ref)}"
+        for index, (c, r) in enumerate(zip(cand, ref)):
+            if c.kind != r.kind:
+                return f"output {index} is a {c.kind}, the reference's a {r.kind}"
+            if r.kind == "number":
+                c_value, r_value = c.value or 0.0, r.value or 0.0
+                if not math.isfinite(c_value) or abs(c_value - r_value) > 1e-4 + 1e-4 * abs(r_value):
+                    return f"output {index} is {c.value}, expected {r.value}"
+            elif r.kind == "other" and c.text != r.text:
+                return f"output {index} is a {c.text}, the reference's a {r.text}"
+        return None
+
+    def digests_differ(self, cand: list[float], ref: list[float], tol_norms: list[float],
+                       ref_errors: list[float], what: str) -> str | None:
+        if len(cand) != len(ref):
+            return f"returned {len(cand)} output tensors, the reference returns {len(ref)}"
+        for index, (c, r) in enumerate(zip(cand, ref)):
+            tol = tol_norms[index] if index < len(tol_norms) else 0.0
+            err = ref_errors[index] if index < len(ref_errors) else 0.0
+            if not math.isfinite(c) or abs(c - r) > digest_bound(tol, err, r):
+                return (f"output {index} when the call returned was not the output compared "
+                        f"afterwards: its digest {c:.6g} is not the reference's {r:.6g} "
+                        f"(work finishing after the call returned, or an output that changes)")
+        return None
+
+    def inputs_unchanged(self, cand: list[float], ref: list[float], what: str) -> None:
+        """The call left its inputs as the reference's call leaves them (both digested alike on
+        the same values: equal to the last bits but for the order of the sum)."""
+        if len(cand) != len(ref) or any(
+                not math.isfinite(c) or abs(c - r) > 1e-9 * (abs(r) + 1.0)
+                for c, r in zip(cand, ref)):
+            self.findings.flag(f"mutated-inputs: the call changed its input tensors on {what}, which "
+                               "the problem's Model does not do")
+
+    def _keep_ref_error(self, norms: list[float]) -> None:
+        kept = self.ref_error_norms
+        if len(kept) != len(norms):
+            kept[:] = list(norms)
+        else:
+            kept[:] = [max(a, b) for a, b in zip(kept, norms)]
