@@ -179,3 +179,20 @@ def test_the_wire_bytes_decode_to_the_message() -> None:
 
 def test_every_kind_names_its_message() -> None:
     assert {kind: cls.__name__ for kind, cls in MESSAGE_TYPES.items()} == KINDS
+
+
+def test_stages_and_verdict_codes_are_typed_on_the_wire() -> None:
+    """A stage or verdict code outside the known ones is refused where the message is decoded,
+    with the field named; the known ones travel as the same strings."""
+    import msgspec
+
+    from specgen.messages import STAGES, VERDICT_CODES, CandidateUpdate, Verdict
+
+    assert STAGES == ("validate", "profile", "full") and "timeout" in VERDICT_CODES
+    good = CandidateUpdate(job_id="j", candidate_id="c", stage="profile",
+                           verdict=Verdict(stage="profile", code="timeout"))
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(good), type=CandidateUpdate) == good
+    for field, bad in (("stage", {"stage": "lint"}), ("verdict.code", {"verdict": {"code": "slow"}})):
+        raw = {**msgspec.to_builtins(good), **bad}
+        with pytest.raises(msgspec.ValidationError, match=f"\\$\\.{field}"):
+            msgspec.msgpack.decode(msgspec.msgpack.encode(raw), type=CandidateUpdate)

@@ -39,12 +39,11 @@ from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_t
 from specgen.eval.redact import redact_verdict
 from specgen.eval.runner_process import Runner, RunnerError, SparePool, Template
 from specgen.eval.sandbox import SandboxStatus
-from specgen.messages import (BuildResult, CandidateSubmission, EvalOptions, LoadProblem,
+from specgen.messages import (STAGES, BuildResult, CandidateSubmission, EvalOptions, LoadProblem,
                               ProblemLoaded, RefTiming, RunnerReady, Verdict)
 
 log = logging.getLogger(__name__)
 
-STAGES = ("validate", "profile", "full")
 SANDBOX_MODES = ("required", "optional", "off")
 
 

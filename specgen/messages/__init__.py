@@ -10,7 +10,9 @@ message shares; `jobs`, `stats`, `actors`: the scheduler's jobs, its report, the
 actors), KV pools (`kv`). Callers import every name from here.
 """
 from specgen.messages.frames import PROTOCOL_VERSION, _Wire
-from specgen.messages.evaluation import VERDICT_CODES, CandidateSubmission, CandidateUpdate, Verdict
+from specgen.messages.evaluation import (
+    STAGES, VERDICT_CODES, CandidateSubmission, CandidateUpdate, Stage, Verdict, VerdictCode,
+)
 from specgen.messages.runners import (
     TIMING_METHOD, Build, BuildRecord, BuildResult, BuiltLibrary, Compare, Compared, EvalOptions,
     ForkRunner, LoadCandidate, LoadProblem, OutputMeta, OutputSlot, ParamInfo, ParamsSet, ProblemLoaded,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from specgen.messages.evaluation import CandidateSubmission, CandidateUpdate
+from specgen.messages.evaluation import CandidateSubmission, CandidateUpdate, Stage
 from specgen.messages.frames import PROTOCOL_VERSION, _Wire
 from specgen.messages.jobs import JobEvent, JobResult, JobSpec, JobStatus
 from specgen.messages.kv import KvPoolResize, KvPoolStats
@@ -136,7 +136,7 @@ class EvaluateRequest(_Wire):
     KIND: ClassVar[int] = 13
     call_id: int
     submission: CandidateSubmission
-    stage: str = "full"                     # "validate" | "profile" | "full"
+    stage: Stage = "full"
     progress_interval_s: float = 0.0        # want an EvaluateQueued when queued, then this often until
                                             # the reply (0: none); the client's is call_timeout_s / 4
 
@@ -265,7 +265,7 @@ class AssignWork(_Wire):
 
     KIND: ClassVar[int] = 30
     request_id: str                         # unique per attempt
-    stage: str                              # "validate" | "profile" | "full"
+    stage: Stage
     submission: CandidateSubmission
     acked: list[int] = []                   # call_ids of this worker's results committed since (see WorkDone)
 

@@ -2,14 +2,22 @@
 for evaluation, and the update that one stage of its evaluation finished."""
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import msgspec
 
+# How far an evaluation goes: validate (compile, correctness, cheat guards), profile (timing of a
+# candidate that validated), full (both). Typed, so a message with another stage is refused where
+# it is decoded, with the field named.
+Stage = Literal["validate", "profile", "full"]
+STAGES: tuple[str, ...] = get_args(Stage)
 
 # Why a verdict could not judge the candidate on its outputs (`Verdict.code`): the candidate's run
 # was cancelled, ran past its time, or never started for the named side's reason. Code reads these,
 # never the words of `error`, which are for people.
-VERDICT_CODES = ("cancelled", "timeout", "reference", "problem", "candidate_source", "build",
-                 "refused", "no_runner")
+VerdictCode = Literal["", "cancelled", "timeout", "reference", "problem", "candidate_source", "build",
+                      "refused", "no_runner"]
+VERDICT_CODES: tuple[str, ...] = get_args(VerdictCode)[1:]   # "" is a judged verdict, right or wrong
 
 
 class Verdict(msgspec.Struct, kw_only=True, gc=False):
@@ -20,7 +28,7 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     A rejected or failing candidate is still a Verdict: `error` and/or `flags` say why.
     """
 
-    stage: str = "full"                     # "validate" | "profile" | "full"
+    stage: Stage = "full"
     compiled: bool = False                  # source loaded and its kernels built
     correct: bool = False                   # every correctness trial matched, no guard rejected it
     max_abs_error: float | None = None      # largest |candidate - reference| over all trials
@@ -34,7 +42,7 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     cpu_timing: bool = True                 # timings are CPU timings: they say nothing about GPUs
     flags: list[str] = []                   # cheat-guard reasons; empty when clean
     error: str | None = None                # why it failed to load/compile/run, else None
-    code: str = ""                          # why it could not be judged on its outputs, as a code
+    code: VerdictCode = ""                  # why it could not be judged on its outputs, as a code
                                             # (VERDICT_CODES); "" when it was (right or wrong)
     stage_seconds: dict[str, float] = {}    # wall time per stage: compile, correctness, timing, ...
     ref_cached: bool = False                # ref_ms came from the per-problem reference-timing cache
@@ -64,7 +72,7 @@ class CandidateUpdate(msgspec.Struct, kw_only=True, gc=False):
 
     job_id: str
     candidate_id: str
-    stage: str                              # "validate" | "profile" | "full"
+    stage: Stage
     verdict: Verdict
     worker: str = ""                        # which worker ran it, e.g. "node-a/gpu1"
     started_at: float = 0.0                 # wall clock

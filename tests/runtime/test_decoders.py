@@ -71,6 +71,8 @@ def strategy_for(t: mi.Type) -> st.SearchStrategy:
         required = {f.name: strategy_for(f.type) for f in t.fields if f.required}
         optional = {f.name: strategy_for(f.type) for f in t.fields if not f.required}
         return st.fixed_dictionaries(required, optional=optional).map(lambda kw: t.cls(**kw))
+    if isinstance(t, mi.LiteralType):
+        return st.sampled_from(t.values)
     if isinstance(t, mi.StrType):
         return st.text(max_size=20)
     if isinstance(t, mi.IntType):
@@ -249,6 +251,8 @@ def _minimal(cls: type) -> object:
             return t.cls(**{f.name: simplest(f.type) for f in t.fields if f.required})
         if isinstance(t, mi.UnionType):
             return simplest(t.types[0])
+        if isinstance(t, mi.LiteralType):
+            return t.values[0]
         return {mi.StrType: "", mi.IntType: 0, mi.FloatType: 0.0, mi.BoolType: False, mi.BytesType: b"",
                 mi.NoneType: None, mi.ListType: [], mi.DictType: {}, mi.AnyType: None}[type(t)]
     return simplest(mi.type_info(cls))
@@ -578,7 +582,8 @@ def test_replay_directives_decode_or_raise_a_value_error_that_says_so(rest: str)
        | st.sampled_from([20, 5_000, 50_000]).map(lambda d: b'{"ref_ms": 1, "ref_spread": 0, "zz": '
                                                   + b"[" * d + b"]" * d + b"}"))
 def test_cache_files_written_by_runners_read_back_or_count_as_missing(tmp_path_factory, content: bytes) -> None:
-    from specgen.eval.evaluator import RefTimingCache, _read_marker
+    from specgen.eval.builds import _read_marker
+    from specgen.eval.evaluator import RefTimingCache
 
     root = tmp_path_factory.mktemp("cache", numbered=True)
     cache = RefTimingCache(root)

@@ -90,6 +90,8 @@ class FrameFuzzer:
                     for _ in range(r.randrange(3 if depth < 3 else 1))}
         if isinstance(t, mi.AnyType):
             return self.wrong_value()
+        if isinstance(t, mi.LiteralType):
+            return r.choice(t.values)
         raise AssertionError(f"no random value for {t!r}")
 
     def wrong_value(self) -> object:
