@@ -95,7 +95,9 @@ class JobConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def to_job(self) -> JobSpec:
         spec = self.optimize
         options = msgspec.to_builtins(spec)
-        for key in ("job_id", "problem_name", "problem_source"):
+        # What the JobSpec carries in fields of its own is not repeated in the options: the job's
+        # wall time is one value, `wall_time_s`, which the loop reads as its time budget.
+        for key in ("job_id", "problem_name", "problem_source", "time_budget_s"):
             options.pop(key, None)
         options[ENGINE_OPTION] = msgspec.to_builtins(self.engine)
         # The loop ends itself at its time budget; the scheduler's deadline (plus job_grace_s)
