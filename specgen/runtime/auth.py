@@ -210,6 +210,21 @@ def peer_credential(secret: bytes, role: str, name: str, node: str = "") -> str:
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
+def reasoner_credential(secret: bytes, job_id: str, start: int) -> str:
+    """The credential of the `start`-th reasoner the scheduler started for job `job_id`. Each start
+    has its own, so a reasoner of an earlier start (one still exiting when a restarted scheduler
+    starts the next) cannot register as the job's reasoner and take the job's messages."""
+    return peer_credential(secret, "reasoner", job_id, node=f"start {start}")
+
+
+def reasoner_start_of(secret: bytes, job_id: str, latest: int, presented: str) -> int | None:
+    """Which of the job's starts 1..`latest` the presented reasoner credential is of (None: none)."""
+    for start in range(latest, 0, -1):
+        if check_credential(secret, "reasoner", job_id, f"start {start}", presented):
+            return start
+    return None
+
+
 def admin_credential(secret: bytes, name: str) -> str:
     """The credential that makes the client `name` the cluster's admin (it sees and acts for every job)."""
     return peer_credential(secret, ADMIN_ROLE, name)

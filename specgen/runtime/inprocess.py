@@ -42,7 +42,7 @@ import msgspec
 from specgen.messages import (
     AssignWork, CancelWork, DeadNotice, ErrorReply, EvaluateQueued, Hello, WorkDone, Welcome, _Wire,
 )
-from specgen.runtime.auth import new_join_secret, peer_credential
+from specgen.runtime.auth import new_join_secret, peer_credential, reasoner_credential
 from specgen.runtime.client import Client
 from specgen.runtime.journal import Journal
 from specgen.runtime.private_files import make_private_dir
@@ -524,7 +524,9 @@ class InProcessCluster:
         run_dir = None
         if self.state_dir is not None:
             run_dir = make_private_dir(self.state_dir / "jobs" / job_id)
-        credential = peer_credential(self._secret, "reasoner", job_id)
+        with self._lock:
+            assert self.core is not None
+            credential = reasoner_credential(self._secret, job_id, self.core.reasoner_start(job_id) or 1)
 
         def connection(*args: Any, **kwargs: Any) -> InProcessConnection:
             return self._connection(*args, **{**kwargs, "credential": credential})

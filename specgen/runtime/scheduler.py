@@ -38,7 +38,7 @@ from specgen.messages import DeadNotice, KvPoolStats
 from specgen.runtime import wire
 from specgen.runtime.auth import (
     DEFAULT_STATE_DIR, JOIN_SECRET_ENV, JOIN_SECRET_FILE, KEYS_ENV, CurveGate, ServerKeys, client_keys_to_text,
-    ephemeral_client_keys, is_loopback, load_join_secret, load_server_keys, peer_credential,
+    ephemeral_client_keys, is_loopback, load_join_secret, load_server_keys, reasoner_credential,
     require_keys_for,
 )
 from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
@@ -226,7 +226,8 @@ class SchedulerActor:
         if old is not None and old.alive():
             old.stop(self.settings.shutdown_grace_s)
         env = {SETTINGS_ENV: self.settings.to_env()}
-        secrets = {"credential": peer_credential(self.join_secret, "reasoner", job_id)}
+        start = self.core.reasoner_start(job_id) or 1
+        secrets = {"credential": reasoner_credential(self.join_secret, job_id, start)}
         if self.reasoner_keys is not None:
             secrets["curve"] = client_keys_to_text(self.reasoner_keys)
         child = ChildProcess(

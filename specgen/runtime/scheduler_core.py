@@ -107,7 +107,7 @@ class SchedulerCore:
         # Built in the order they lean on each other; the lambdas reach parts built later.
         self.registry = WorkerRegistry(
             settings, self.scheduler_id, join_secret, self.counters, self.reply,
-            has_job=lambda job_id: job_id in self.book.jobs,
+            reasoner_start=self.reasoner_start,
             reasoner_joined=lambda peer, hello: self.book.reasoner_joined(peer, hello),
             place_worker=lambda now: self.assigner.place_worker(now),
             adopt=lambda worker, hello, now: self.results.adopt(worker, hello, now),
@@ -216,6 +216,11 @@ class SchedulerCore:
         assigned = self.assigner.schedule(now)
         self.kv_outbox.extend(self.assigner.steer_kv(now))
         return assigned
+
+    def reasoner_start(self, job_id: str) -> int | None:
+        """Which start of its reasoner job `job_id` is on (None: the scheduler has no such job)."""
+        job = self.book.jobs.get(job_id)
+        return job.attempts if job is not None else None
 
     def reasoner_exited(self, job_id: str, exit_code: int, detail: str, now: float) -> None:
         """The job's reasoner process exited (the actor saw it): started again, or the job fails."""

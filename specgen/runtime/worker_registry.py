@@ -20,7 +20,7 @@ from specgen.messages import (
     PROTOCOL_VERSION, DeadNotice, ErrorReply, Goodbye, Heartbeat, HeartbeatAck, Hello, Welcome,
     WorkerExited, _Wire,
 )
-from specgen.runtime.auth import ADMIN_ROLE, AUTHENTICATED_ROLES, check_credential
+from specgen.runtime.auth import ADMIN_ROLE, AUTHENTICATED_ROLES, check_credential, reasoner_start_of
 from specgen.runtime.ownership import MIN_TOKEN_CHARS, identity_of
 from specgen.runtime.priority import POOLS, QueuedRequest
 from specgen.runtime.settings import RuntimeSettings
@@ -77,13 +77,14 @@ class WorkerRegistry:
         counters: collections.Counter,
         reply: Callable[[bytes, _Wire], None],
         *,
-        has_job: Callable[[str], bool],
+        reasoner_start: Callable[[str], int | None],
         reasoner_joined: Callable[[bytes, Hello], None],
         place_worker: Callable[[float], str],
         adopt: Callable[[WorkerState, Hello, float], None],
         peer_lost: Callable[[bytes, Peer | None, WorkerState | None, str, float], None],
     ) -> None:
-        """`has_job(job_id)`: whether a job of that id is running (a reasoner registers for one);
+        """`reasoner_start(job_id)`: which start of its reasoner the job is on (a reasoner registers
+        for the latest start of a job the scheduler has), None when there is no such job;
         `reasoner_joined(peer, hello)`: a reasoner registered; `place_worker(now)`: the pool a
         new worker joins; `adopt(worker, hello, now)`: a new worker said it runs a request;
         `peer_lost(peer, known, worker, reason, now)`: a peer is gone, after it was forgotten here."""
@@ -92,7 +93,7 @@ class WorkerRegistry:
         self.join_secret = join_secret
         self.counters = counters
         self.reply = reply
-        self.has_job = has_job
+        self.reasoner_start = reasoner_start
         self.reasoner_joined = reasoner_joined
         self.place_worker = place_worker
         self.adopt = adopt
@@ -169,14 +170,14 @@ class WorkerRegistry:
         if msg.role not in ROLES:
             self.reply(peer, ErrorReply(code="bad_role", message=f"unknown role {msg.role!r}; one of {ROLES}"))
             return
-        if msg.role in AUTHENTICATED_ROLES and self.join_secret is not None:
+        if msg.role == "reasoner":
+            if not self._reasoner_may_join(peer, msg, now):
+                return
+        elif msg.role in AUTHENTICATED_ROLES and self.join_secret is not None:
             node = msg.node if msg.role == "worker" else ""
             if not check_credential(self.join_secret, msg.role, msg.name, node, msg.credential):
                 self._refuse_hello(peer, msg, now)
                 return
-        if msg.role == "reasoner" and not self.has_job(msg.name):
-            self.reply(peer, ErrorReply(code="unknown_job", message=f"no running job {msg.name!r}"))
-            return
         if msg.client_token and len(msg.client_token) < MIN_TOKEN_CHARS:
             self.reply(peer, ErrorReply(code="bad_request", message=(
                 f"Hello.client_token has {len(msg.client_token)} characters: a token names the owner "
@@ -230,6 +231,29 @@ class WorkerRegistry:
             self._refusals_logged[msg.name] = now
             log.warning("client %r (peer %r) presented a wrong admin credential: registered as a "
                         "plain client", msg.name, peer[:40])
+        return False
+
+    def _reasoner_may_join(self, peer: bytes, msg: Hello, now: float) -> bool:
+        """A reasoner registers only for its job's latest start: one of an earlier start (say,
+        still exiting when a restarted scheduler started the next) is refused, and so cannot
+        become the job's reasoner, whose messages are the only ones the job takes."""
+        start = self.reasoner_start(msg.name)
+        if start is None:
+            self.reply(peer, ErrorReply(code="unknown_job", message=f"no running job {msg.name!r}"))
+            return False
+        if self.join_secret is None:
+            return True
+        earlier = reasoner_start_of(self.join_secret, msg.name, start, msg.credential)
+        if earlier == start:
+            return True
+        if earlier is None:
+            self._refuse_hello(peer, msg, now)
+            return False
+        self.counters["stale_reasoners_refused"] += 1
+        log.info("refused a reasoner of job %s's start %d (peer %r): the job is on start %d",
+                 msg.name, earlier, peer[:40], start)
+        self.reply(peer, ErrorReply(code="stale_reasoner", message=(
+            f"reasoner of start {earlier} of job {msg.name!r}: the job's reasoner is now start {start}")))
         return False
 
     def _refuse_hello(self, peer: bytes, msg: Hello, now: float) -> None:

@@ -195,15 +195,17 @@ def _check_the_job_went_on(out: Path, before: ResumedRun, log: Path) -> Optimize
     return result
 
 
-def _job_attempts(out: Path) -> int:
-    """How often the scheduler started the job's reasoner (from its journal)."""
+def _job_attempts(out: Path) -> tuple[int, list[str]]:
+    """How often the scheduler started the job's reasoner, and the job's events (from its journal)."""
     from specgen.runtime.journal import Journal
 
     journal = Journal(out / JOURNAL_DIR / SCHEDULER_STATE / "journal.sqlite3")
     try:
         record = journal.job(_job_dir(out).name)
         assert record is not None
-        return record.attempts
+        events = [f"{e.kind} {e.data}" for e in journal.events_after(record.spec.job_id, 0)
+                  if e.kind not in ("update", "candidate")]
+        return record.attempts, events
     finally:
         journal.close()
 
@@ -217,7 +219,8 @@ def test_a_killed_node_is_started_again_and_the_job_goes_on(tmp_path) -> None:
     assert proc.returncode == 0, log.read_text()
     assert f"node0 (pid {node}) was killed by SIGKILL: starting it again" in log.read_text()
     _check_the_job_went_on(out, before, log)
-    assert _job_attempts(out) == 1               # the job's reasoner never stopped
+    attempts, events = _job_attempts(out)
+    assert attempts == 1, events                 # the job's reasoner never stopped
 
 
 def test_a_killed_scheduler_is_started_again_and_the_job_continues_from_its_journal(tmp_path) -> None:
@@ -231,7 +234,8 @@ def test_a_killed_scheduler_is_started_again_and_the_job_continues_from_its_jour
     result = _check_the_job_went_on(out, before, log)
     # The restarted scheduler resumed the job: a second reasoner continued from the journal, with
     # the candidates of the first (found before the kill) in the result.
-    assert _job_attempts(out) == 2
+    attempts, events = _job_attempts(out)
+    assert attempts == 2, events
     assert set(before.candidates) <= {c.candidate_id for c in result.candidates}
 
 

@@ -92,3 +92,15 @@ def test_the_admin_credential_is_a_name_of_its_own_role() -> None:
     assert cred not in (peer_credential(secret, role, "ops") for role in ("worker", "node", "reasoner"))
     tokens = {new_client_token() for _ in range(3)}
     assert len(tokens) == 3 and all(len(t) == 32 for t in tokens)
+
+
+def test_each_start_of_a_reasoner_has_its_own_credential() -> None:
+    from specgen.runtime.auth import new_join_secret, reasoner_credential, reasoner_start_of
+
+    secret = new_join_secret()
+    creds = [reasoner_credential(secret, "J", start) for start in (1, 2, 3)]
+    assert len(set(creds)) == 3
+    assert [reasoner_start_of(secret, "J", 3, c) for c in creds] == [1, 2, 3]
+    assert reasoner_start_of(secret, "J", 2, creds[2]) is None        # a start not made yet
+    assert reasoner_start_of(secret, "K", 3, creds[0]) is None        # another job's
+    assert reasoner_start_of(secret, "J", 3, "é" * 64) is None        # not hex: refused, no error

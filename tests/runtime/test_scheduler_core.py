@@ -10,7 +10,7 @@ from specgen.messages import (
     Heartbeat, HeartbeatAck, Hello, JobCreated, JobEventNotice, JobSpec, JobStatusReply, ReportJobResult, JobResult,
     ResyncUpdates, SubmitAck, SubmitCandidate, SubscribeJob, Verdict, Welcome, WorkDone, WorkerExited,
 )
-from specgen.runtime.auth import peer_credential
+from specgen.runtime.auth import peer_credential, reasoner_credential
 from specgen.runtime.journal import Journal
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.settings import RuntimeSettings
@@ -434,15 +434,11 @@ def hs() -> Harness:
 
 
 def _worker_hello(name: str, node: str = "n1", secret: bytes = SECRET, **kw) -> Hello:
-    from specgen.runtime.auth import peer_credential
-
     return Hello(role="worker", name=name, node=node, device="cpu",
                  credential=peer_credential(secret, "worker", name, node), **kw)
 
 
 def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) -> None:
-    from specgen.runtime.auth import peer_credential
-
     hs.send(CLIENT, CreateJob(call_id=hs.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
     attempts = [
         Hello(role="worker", name="n1/cpu0", node="n1"),                                  # none
@@ -456,7 +452,8 @@ def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) 
               credential=peer_credential(SECRET, "node", "n1/cpu0")),                   # another role
         Hello(role="node", name="n1"),
         Hello(role="reasoner", name="J"),
-        Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "K")),
+        Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "K", 1)),  # another job's
+        Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "J")),  # no start
     ]
     for i, hello in enumerate(attempts):
         [(_, err)] = hs.send(f"intruder/{i}".encode(), hello)
@@ -468,10 +465,29 @@ def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) 
     # The right credentials are welcome.
     for peer, hello in ((b"w", _worker_hello("n1/cpu0")),
                         (b"n", Hello(role="node", name="n1", credential=peer_credential(SECRET, "node", "n1"))),
-                        (b"r", Hello(role="reasoner", name="J",
-                                     credential=peer_credential(SECRET, "reasoner", "J")))):
+                        (b"r", Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "J", 1)))):
         assert any(isinstance(m, Welcome) for _, m in hs.send(peer, hello))
     assert len(hs.core.workers) == 1 and hs.core.book.jobs["J"].reasoner_peer == b"r"
+
+
+def test_only_the_latest_start_of_a_jobs_reasoner_registers(hs: Harness) -> None:
+    # A reasoner of an earlier start (one still exiting when the next was started, after its
+    # death or a scheduler restart) would otherwise become the job's reasoner again, and the
+    # messages of the latest one would be dropped as a stale reasoner's.
+    hs.send(CLIENT, CreateJob(call_id=hs.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
+    first = Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "J", 1))
+    assert any(isinstance(m, Welcome) for _, m in hs.send(b"r1", first))
+    hs.core.reasoner_exited("J", 1, "killed", hs.now)
+    assert hs.core.reasoner_start("J") == 2
+    second = Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "J", 2))
+    assert any(isinstance(m, Welcome) for _, m in hs.send(b"r2", second))
+    [(_, err)] = hs.send(b"r1-again", first)
+    assert isinstance(err, ErrorReply) and err.code == "stale_reasoner"
+    assert err.message == "reasoner of start 1 of job 'J': the job's reasoner is now start 2"
+    assert hs.core.book.jobs["J"].reasoner_peer == b"r2"
+    assert hs.core.counters["stale_reasoners_refused"] == 1
+    [(_, err)] = hs.send(b"r3", Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "J", 3)))
+    assert err.code == "unauthorized"            # a start the scheduler has not made
 
 
 def test_a_client_cannot_become_a_worker_or_send_worker_and_node_messages(hs: Harness) -> None:
@@ -487,8 +503,6 @@ def test_a_client_cannot_become_a_worker_or_send_worker_and_node_messages(hs: Ha
 
 
 def test_a_node_speaks_for_its_own_workers_only(hs: Harness) -> None:
-    from specgen.runtime.auth import peer_credential
-
     hs.send(b"w1", _worker_hello("n1/cpu0", node="n1"))
     hs.send(b"w2", _worker_hello("n2/cpu0", node="n2"))
     node2 = b"node/n2"
@@ -587,7 +601,7 @@ def test_an_id_another_client_holds_cannot_be_created_and_an_ended_job_stays_clo
     assert _refusal(h.send(ATTACKER, CreateJob(call_id=h.call_id(), spec=JobSpec(
         problem_source=PROBLEM, job_id="J"))), ATTACKER).code == "not_owner"
     reasoner = b"reasoner/J/x"
-    h.send(reasoner, Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "J")))
+    h.send(reasoner, Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "J", 1)))
     h.send(reasoner, ReportJobResult(call_id=h.call_id(), result=JobResult(job_id="J", status="succeeded")))
     # Ended: the owner learns it from the journal, the attacker learns nothing.
     [ack] = [m for _, m in h.submit("c9", job="J", peer=VICTIM) if isinstance(m, SubmitAck)]
@@ -602,7 +616,7 @@ def test_a_reasoner_acts_for_its_own_job_only_and_the_admin_for_every_job() -> N
     h.send(VICTIM, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="J")))
     h.send(ATTACKER, CreateJob(call_id=h.call_id(), spec=JobSpec(problem_source=PROBLEM, job_id="K")))
     reasoner = b"reasoner/J/x"
-    h.send(reasoner, Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "J")))
+    h.send(reasoner, Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "J", 1)))
     w = _worker(h)
     [a] = assigns(h.submit("c1", job="J", peer=reasoner, profile=False))
     [(_, st)] = h.send(reasoner, GetJob(call_id=h.call_id(), job_id="J"))
