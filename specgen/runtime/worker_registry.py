@@ -239,7 +239,12 @@ class WorkerRegistry:
         become the job's reasoner, whose messages are the only ones the job takes."""
         start = self.reasoner_start(msg.name)
         if start is None:
-            self.reply(peer, ErrorReply(code="unknown_job", message=f"no running job {msg.name!r}"))
+            # A start-bound credential cannot be checked without the job; one presenting none has
+            # proved nothing, and is refused as any peer without a credential is.
+            if self.join_secret is not None and not msg.credential:
+                self._refuse_hello(peer, msg, now)
+            else:
+                self.reply(peer, ErrorReply(code="unknown_job", message=f"no running job {msg.name!r}"))
             return False
         if self.join_secret is None:
             return True

@@ -454,6 +454,7 @@ def test_registering_as_worker_node_or_reasoner_takes_a_credential(hs: Harness) 
         Hello(role="reasoner", name="J"),
         Hello(role="reasoner", name="J", credential=reasoner_credential(SECRET, "K", 1)),  # another job's
         Hello(role="reasoner", name="J", credential=peer_credential(SECRET, "reasoner", "J")),  # no start
+        Hello(role="reasoner", name="gone"),                                              # no such job
     ]
     for i, hello in enumerate(attempts):
         [(_, err)] = hs.send(f"intruder/{i}".encode(), hello)
