@@ -8,12 +8,12 @@ judge times the same path on both sides and nothing but the model differs:
    caches hold when the model is called is the inputs, as warm as any order could make them, so
    reordering this in a candidate's process gains nothing;
 2. the call;
-3. the digest: random weights W (standard normal, from the trial's digest seed, one per output
-   element), then per output tensor sum(output x W) accumulated in float64, read back to the
-   host. Reading it needs the whole output computed, so the reply cannot leave before the work
-   is done (a thread or a side stream still writing the output makes the digest wrong, not the
-   time short), and no output but the right one matches the reference's digest. The inputs
-   are digested the same way (other weights): a call that changed them shows.
+3. the digest (eval/digest.py): per output tensor, sum(output x s) in float64 with signs s
+   hashed from the trial's digest seed and each element's index, read back to the host. Reading
+   it needs the whole output computed, so the reply cannot leave before the work is done (a
+   thread or a side stream still writing the output makes the digest wrong, not the time
+   short), and no output but the right one matches the reference's digest. The inputs are
+   digested the same way (other signs): a call that changed them shows.
 
 Importing this module imports torch: it runs in runners only.
 """
@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from specgen.eval.digest import INPUTS, OUTPUTS, digests
 from specgen.eval.loader import ProblemSource, exec_source, problem_from_text
 from specgen.messages import LoadProblem, OutputMeta, Trial
 
@@ -64,30 +65,6 @@ def output_meta(leaves: list[Any]) -> list[OutputMeta]:
         else:
             metas.append(OutputMeta(kind="other", text=type(leaf).__name__[:80]))
     return metas
-
-
-def digest_weights(leaves: list[Any], digest_seed: int, device: str) -> list[Any]:
-    """W per output tensor: standard normal float32 values of its shape, drawn from the seed."""
-    generator = torch.Generator(device=device).manual_seed(digest_seed)
-    return [torch.randn(tuple(leaf.shape), generator=generator, device=device,
-                        dtype=torch.float32) if isinstance(leaf, torch.Tensor) else None
-            for leaf in leaves]
-
-
-def digests(leaves: list[Any], weights: list[Any]) -> list[float]:
-    """sum(output x W) in float64 per output tensor (one device-to-host read for all)."""
-    sums = []
-    for leaf, weight in zip(leaves, weights):
-        if isinstance(leaf, torch.Tensor) and weight is not None:
-            values = torch.view_as_real(leaf).sum(-1) if leaf.is_complex() else leaf
-            if values.device != weight.device or tuple(values.shape) != tuple(weight.shape):
-                sums.append(None)
-                continue
-            sums.append(torch.sum(values.to(torch.float32) * weight, dtype=torch.float64))
-    present = [s for s in sums if s is not None]
-    read = torch.stack(present).tolist() if present else []
-    values = iter(read)
-    return [float("nan") if s is None else float(next(values)) for s in sums]
 
 
 class ProblemModule:
@@ -171,11 +148,14 @@ class CallResult:
         self.input_digests = input_digests
 
 
+def output_digests(leaves: list[Any], digest_seed: int, device: str) -> list[float]:
+    """The output tensors' digests."""
+    return digests(leaves, digest_seed, OUTPUTS, device)
+
+
 def input_digests(inputs: list[Any], digest_seed: int, device: str) -> list[float]:
-    """The inputs' digests after the call (weights from the seed after the outputs'): whether
-    the call changed them."""
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-    return digests(tensors, digest_weights(tensors, digest_seed + 1, device))
+    """The inputs' digests after the call (their own signs): whether the call changed them."""
+    return digests(inputs, digest_seed, INPUTS, device)
 
 
 def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Trial,
@@ -186,8 +166,7 @@ def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Tr
     if call is None:
         leaves = null_like or []
         inputs = problem.inputs(trial.seed, trial.shape)
-        weights = digest_weights(leaves, trial.digest_seed, device)
-        return CallResult(leaves, digests(leaves, weights), [],
+        return CallResult(leaves, output_digests(leaves, trial.digest_seed, device), [],
                           input_digests(inputs, trial.digest_seed, device))
     inputs = problem.inputs(trial.seed, trial.shape)
     if trial.refill_seed is not None:
@@ -198,6 +177,5 @@ def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Tr
                 held.copy_(new)
         del fresh
     leaves = flatten(call(*inputs))
-    weights = digest_weights(leaves, trial.digest_seed, device)
-    return CallResult(leaves, digests(leaves, weights), output_meta(leaves),
-                      input_digests(inputs, trial.digest_seed, device))
+    return CallResult(leaves, output_digests(leaves, trial.digest_seed, device),
+                      output_meta(leaves), input_digests(inputs, trial.digest_seed, device))

@@ -14,7 +14,7 @@ from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
 from specgen.messages import Compare, Compared, EvalOptions, OutputMeta, Ship, Shipped, Trial, TrialDone
 
-DIGEST_SIGMAS = 6.0             # a right output's digest misses by more than this 2e-9 of the time
+DIGEST_SIGMAS = 6.0             # a right output's digest misses by more than this < 3e-8 of the time
 
 
 def _memfd(size: int) -> int:
@@ -30,11 +30,11 @@ def _memfd(size: int) -> int:
 def digest_bound(tol_norm: float, ref_error_norm: float, reference: float) -> float:
     """How far a right output's digest may be from the reference's.
 
-    With W standard normal and e = output - reference independent of W, sum(e x W) is normal
-    with deviation |e|; a right output has |e| <= |tolerance| + |reference error|. (The runner
-    computes the digest, so the candidate's process can know W; to match the reference's digest
-    with a wrong output it would still need the reference's digest, which only the right output
-    gives it.)"""
+    With signs s (eval/digest.py) and e = output - reference independent of them, sum(e x s)
+    has mean 0, deviation |e| and sub-Gaussian tails (Hoeffding: P(> k |e|) <= 2 exp(-k^2 / 2));
+    a right output has |e| <= |tolerance| + |reference error|. (The runner computes the digest,
+    so the candidate's process can know the signs; to match the reference's digest with a wrong
+    output it would still need the reference's digest, which only the right output gives it.)"""
     return DIGEST_SIGMAS * (tol_norm + ref_error_norm) + 1e-9 * abs(reference) + 1e-12
 
 

@@ -211,7 +211,7 @@ class ReferenceRole:
     def compare(self, request: Compare, fds: list[int]) -> Compared:
         import torch
 
-        from specgen.eval.calls import digest_weights, digests, flatten, input_digests, output_meta
+        from specgen.eval.calls import flatten, input_digests, output_digests, output_meta
         from specgen.eval.compare import compare_outputs
 
         buffer = SharedBuffer(fds[0]) if fds else None
@@ -234,9 +234,7 @@ class ReferenceRole:
                 ref = flatten(self.model(*inputs))
                 after = input_digests(inputs, trial.digest_seed, self.device)
                 del inputs
-                weights = digest_weights(ref, trial.digest_seed, self.device)
-                ref_digests = digests(ref, weights)
-                del weights
+                ref_digests = output_digests(ref, trial.digest_seed, self.device)
                 accurate = self.accurate.outputs(kept)
                 del kept
             except BaseException as exc:  # noqa: BLE001

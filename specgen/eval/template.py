@@ -60,8 +60,9 @@ def _warm_imports() -> str:
         import numpy  # noqa: F401
     except ImportError:
         pass
-    from specgen.eval import calls, compare, extensions, params, runner  # noqa: F401
+    from specgen.eval import calls, compare, digest, extensions, params, runner  # noqa: F401
     from specgen.eval.guards import dynamic  # noqa: F401
+    digest.extension()       # loads the compiled digest; its CUDA runtime starts in the runner
     return triton_version
 
 
