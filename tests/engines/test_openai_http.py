@@ -281,6 +281,51 @@ def test_silent_server_hits_the_read_timeout(loop, tiny_model_path: str) -> None
     loop.run(run(), timeout_s=60)
 
 
+def test_request_on_a_keep_alive_connection_the_server_closed_is_sent_again(loop, tiny_model_path: str) -> None:
+    """A server closes an idle keep-alive connection (`vllm serve`: after 5 s) just as a request
+    goes out on it: the request is sent again on a new connection, not reported as a cut stream."""
+    connections: list[list[bytes]] = []
+
+    async def run() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            served: list[bytes] = []
+            connections.append(served)
+            while True:
+                try:
+                    request = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                length = int(next((l.split(b":")[1] for l in request.split(b"\r\n") if l.lower().startswith(b"content-length")), b"0"))
+                if length:
+                    await reader.readexactly(length)
+                served.append(request.split(b" ", 2)[1])
+                if len(served) > 1:           # its keep-alive timer ran out as the request came
+                    break
+                if request.startswith(b"GET /v1/models"):
+                    body = json.dumps({"data": [{"id": SERVED_NAME}]}).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                else:
+                    events = [{"choices": [{"text": "ab", "token_ids": [7, 8], "finish_reason": "length"}]}, "[DONE]"]
+                    body = b"".join(b"data: %s\n\n" % (e if isinstance(e, str) else json.dumps(e)).encode() for e in events)
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        engine = OpenAICompatEngine(f"http://127.0.0.1:{port}", SERVED_NAME, tokenizer=tiny_model_path)
+        try:
+            await engine.start()              # its connection stays in the pool
+            _, ids = await _collect(engine.reason("after-idle", [1, 2], GenerationParams(max_tokens=2)))
+        finally:
+            await engine.close()
+            server.close()
+        assert ids == [7, 8]
+        assert connections == [[b"/v1/models", b"/v1/completions"], [b"/v1/completions"]]
+
+    loop.run(run(), timeout_s=60)
+
+
 def test_stream_cut_by_a_dying_server_is_an_error(loop, http_engine: OpenAICompatEngine, vllm_server: Server) -> None:
     """Runs last in this module: it kills the server in the middle of a stream."""
     prompt = http_engine.chat_prompt_ids([{"role": "user", "content": "Think."}])
