@@ -35,6 +35,7 @@ class BenchConfig:
     runtime_settings: list[str] = field(default_factory=list)
     live_engine: Any = None                  # for fork model "model"
     fork_max_tokens: int = 2048              # a live engine's fork length cap (fork model "model")
+    fork_engine: dict[str, str] | None = None  # that engine's description (--llm, --model, ...)
     label: str = ""
     cache_dir: Path | None = None            # evaluation cache shared by every mode's cluster
     prebuild: bool = True                    # build the traces' extensions before the timed run
@@ -129,6 +130,7 @@ def describe(config: BenchConfig) -> dict[str, Any]:
     """The run's settings as results.json records them (both clocks)."""
     return {"modes": config.modes, "fork_model": config.fork_model,
             "fork_max_tokens": config.fork_max_tokens if FORK_MODELS[config.fork_model].needs_engine else None,
+            "fork_engine": config.fork_engine if FORK_MODELS[config.fork_model].needs_engine else None,
             "timing": config.timing.to_dict(), "speed": config.speed,
             "concurrency": config.concurrency, "devices": config.devices,
             "prefix_cache": config.prefix_cache, "kv_pool": config.kv_pool,

@@ -325,9 +325,13 @@ def table(summary: dict[str, Any]) -> str:
     pace = ("reasoning at the timing model's real pace" if speed == 1 else
             f"reasoning {speed:g}x the timing model's pace while evaluation runs at its own: "
             "not the regime of a real run")
+    engine = summary["config"].get("fork_engine")
+    writer = "" if not engine else (f" ({engine['llm']} {engine.get('model', '')}"
+                                    + (f" at {engine['base_url']}" if engine.get("base_url") else "")
+                                    + ")")
     lines = [f"hardware: {summary['hardware']}; evaluation workers: "
              f"{devices_text(summary['config'].get('devices', []))}; fork model: "
-             f"{summary['config']['fork_model']}; speed x{speed:g} ({pace}); "
+             f"{summary['config']['fork_model']}{writer}; speed x{speed:g} ({pace}); "
              f"concurrency {summary['config']['concurrency']}",
              f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time",
              f"named ceiling (a fork from the first naming of the answer's kernel writes it): "

@@ -102,18 +102,26 @@ def _problems(args: argparse.Namespace, devices: list[str], shift: float = 0.0):
     return problems
 
 
-async def _live_engine(args: argparse.Namespace):
-    """The engine forks are written by with a fork model that needs one (started here), built by
-    the engine registry (`optimize/engine_kinds.py`) from the same description a job carries."""
+def _engine_settings(args: argparse.Namespace) -> dict[str, str] | None:
+    """The live engine's description (`--llm` and the flags its kind takes), as a job carries it
+    and as results.json records it."""
     if args.llm is None:
         return None
-    from specgen.optimize.engine_kinds import build_engine
-
     given = {"llm": args.llm, "model": args.model, "base_url": args.base_url,
              "tokenizer": args.tokenizer}
     kind = ENGINES[args.llm]
-    engine = build_engine({k: v for k, v in given.items() if v is not None and k in kind.keys},
-                          "", where=f"bench --llm {args.llm}")
+    return {k: v for k, v in given.items() if v is not None and k in kind.keys}
+
+
+async def _live_engine(args: argparse.Namespace):
+    """The engine forks are written by with a fork model that needs one (started here), built by
+    the engine registry (`optimize/engine_kinds.py`) from the same description a job carries."""
+    settings = _engine_settings(args)
+    if settings is None:
+        return None
+    from specgen.optimize.engine_kinds import build_engine
+
+    engine = build_engine(settings, "", where=f"bench --llm {args.llm}")
     start = getattr(engine, "start", None)
     if start is not None:
         await start()
@@ -136,7 +144,8 @@ def bench_main(args: argparse.Namespace) -> int:
                        concurrency=args.concurrency, devices=devices,
                        prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
                        label="main", cache_dir=args.out.resolve() / "eval-cache",
-                       prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens)
+                       prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens,
+                       fork_engine=_engine_settings(args))
     if args.eval_timeout is not None:
         base.eval_options = {**base.eval_options, "timeout_s": args.eval_timeout}
     base.check()

@@ -187,6 +187,23 @@ class OpenAICompatEngine(TokenizedEngine):
         body.update(self._extra_body)
         return body
 
+    async def _post(self, url: str, body: dict[str, Any]) -> Any:
+        """POST `body`; sent once more when the server closed the connection without answering.
+
+        aiohttp reuses an idle keep-alive connection for up to 15 s; servers may close theirs
+        sooner (`vllm serve` after 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE). A request sent on a
+        connection the server has just closed, or closed while this event loop was too busy to
+        notice, fails at once with ServerDisconnectedError, unread by the server; aiohttp resends
+        only idempotent methods, never a POST. The second attempt takes an open connection or a
+        new one.
+        """
+        import aiohttp
+
+        try:
+            return await self._session.post(url, json=body)
+        except aiohttp.ServerDisconnectedError:
+            return await self._session.post(url, json=body)
+
     async def _generate(self, request: ActiveRequest, prompt_ids: list[int], params: GenerationParams) -> AsyncIterator[TokenDelta]:
         import aiohttp
 
@@ -199,7 +216,7 @@ class OpenAICompatEngine(TokenizedEngine):
                 yield request.abort_delta()
                 return
             try:
-                response = await self._session.post(url, json=self._body(prompt_ids, params))
+                response = await self._post(url, self._body(prompt_ids, params))
             except aiohttp.ClientConnectorError as exc:
                 raise EngineError(
                     f"openai: cannot reach the server for {what} ({exc.os_error or exc}); is it still running?"

@@ -3,11 +3,21 @@ vLLM engine serves every test that needs it (engine start-up costs 20-60 s on th
 
 Async code runs on one event loop for the whole session (`loop.run(coro)`), because an `AsyncLLM`
 is bound to the loop it first streams on.
+
+`vllm_serve` starts a real `vllm serve` on 127.0.0.1 through the launcher for the tests that talk
+to one over HTTP (tests/engines/test_openai_http.py, tests/bench/test_openai_endpoint.py).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Awaitable, Iterator, TypeVar
 
@@ -78,3 +88,89 @@ def tiny_vllm_engine(loop: LoopRunner, tiny_model_path: str) -> Iterator[Any]:
     loop.run(engine.start(), timeout_s=600)
     yield engine
     loop.run(engine.close(), timeout_s=120)
+
+
+SERVER_START_TIMEOUT_S = 420
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class VllmServer:
+    def __init__(self, process: subprocess.Popen, port: int, log_path: Path) -> None:
+        self.process = process
+        self.port = port
+        self.log_path = log_path
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def metric(self, name: str) -> float:
+        """The sum of every sample of the server's metric `name` (all its label sets), e.g.
+        "vllm:generation_tokens_total": a counter's difference over a stretch of work says what
+        the server did in it."""
+        samples = [line.rsplit(" ", 1)[1] for line in self.metrics_text().splitlines()
+                   if line.split("{", 1)[0].split(" ", 1)[0] == name]
+        assert samples, f"the server exports no {name}"
+        return sum(float(value) for value in samples)
+
+    def running_requests(self) -> float:
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in self.metrics_text().splitlines()
+            if line.startswith("vllm:num_requests_running")
+        )
+
+    def engine_steps(self) -> float:
+        """How many steps the server's engine has run (its `vllm:iteration_tokens_total` count): a
+        counter, so a difference over a stretch of work says what the engine did in it."""
+        lines = [line for line in self.metrics_text().splitlines()
+                 if line.startswith("vllm:iteration_tokens_total_count")]
+        assert lines, "the server exports no vllm:iteration_tokens_total (engine steps)"
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def vllm_serve(model_path: str, served_name: str, log_dir: Path, *options: str,
+               env: dict[str, str] | None = None) -> Iterator[VllmServer]:
+    """`vllm serve MODEL --served-model-name NAME OPTIONS...` on a free port of 127.0.0.1 (through
+    `specgen.engines.serve_vllm`, with `env` added to its environment), yielded once its model
+    list answers; killed on exit. A server that exits or is not up within SERVER_START_TIMEOUT_S
+    fails the test with its log."""
+    port = free_port()
+    log_path = log_dir / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", **(env or {}))
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "specgen.engines.serve_vllm", model_path,
+             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", served_name, *options],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    server = VllmServer(process, port, log_path)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}:\n{server.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{server.base_url}/models", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vllm serve not up after {SERVER_START_TIMEOUT_S} s:\n{server.log_tail()}")
+                time.sleep(1)
+        yield server
+    finally:
+        server.kill()

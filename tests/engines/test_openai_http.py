@@ -3,100 +3,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from specgen.engines.base import EngineError, GenerationParams, TokenDelta
 from specgen.engines.openai_http import OpenAICompatEngine
+from tests.engines.conftest import VllmServer, free_port, vllm_serve
 
 pytestmark = pytest.mark.vllm
 
 SERVED_NAME = "tiny-reasoner"
 SUFFIX = "</think>\n\nI will now write the final ModelNew code.\n"
-SERVER_START_TIMEOUT_S = 420
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    def __init__(self, process: subprocess.Popen, port: int, log_path: Path) -> None:
-        self.process = process
-        self.port = port
-        self.log_path = log_path
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-    def running_requests(self) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        return sum(
-            float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith("vllm:num_requests_running")
-        )
-
-    def engine_steps(self) -> float:
-        """How many steps the server's engine has run (its `vllm:iteration_tokens_total` count): a
-        counter, so a difference over a stretch of work says what the engine did in it."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        lines = [line for line in text.splitlines() if line.startswith("vllm:iteration_tokens_total_count")]
-        assert lines, "the server exports no vllm:iteration_tokens_total (engine steps)"
-        return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "specgen.engines.serve_vllm", tiny_model_path,
-             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
-             "--max-model-len", "8192", "--dtype", "float32", "--enable-prefix-caching",
-             "--enable-prompt-tokens-details", "--enforce-eager"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    server = Server(process, port, log_path)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}:\n{server.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{server.base_url}/models", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vllm serve not up after {SERVER_START_TIMEOUT_S} s:\n{server.log_tail()}")
-                time.sleep(1)
+def vllm_server(tiny_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    with vllm_serve(tiny_model_path, SERVED_NAME, tmp_path_factory.mktemp("vllm-serve"),
+                    "--max-model-len", "8192", "--dtype", "float32", "--enable-prefix-caching",
+                    "--enable-prompt-tokens-details", "--enforce-eager") as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture(scope="module")
-def http_engine(loop, vllm_server: Server, tiny_model_path: str) -> Iterator[OpenAICompatEngine]:
+def http_engine(loop, vllm_server: VllmServer, tiny_model_path: str) -> Iterator[OpenAICompatEngine]:
     engine = OpenAICompatEngine(vllm_server.base_url, SERVED_NAME, tokenizer=tiny_model_path, read_timeout_s=60)
     loop.run(engine.start())
     yield engine
@@ -151,7 +82,7 @@ def test_fork_is_served_from_the_servers_prefix_cache(loop, http_engine: OpenAIC
     loop.run(run(), timeout_s=180)
 
 
-def test_abort_closes_the_request_and_server_keeps_serving(loop, http_engine: OpenAICompatEngine, vllm_server: Server) -> None:
+def test_abort_closes_the_request_and_server_keeps_serving(loop, http_engine: OpenAICompatEngine, vllm_server: VllmServer) -> None:
     engine = http_engine
     prompt = engine.chat_prompt_ids([{"role": "user", "content": "Think for a very long time."}])
 
@@ -180,7 +111,7 @@ def test_abort_closes_the_request_and_server_keeps_serving(loop, http_engine: Op
     loop.run(run(), timeout_s=180)
 
 
-def test_many_concurrent_forks_over_http(loop, vllm_server: Server, http_engine: OpenAICompatEngine) -> None:
+def test_many_concurrent_forks_over_http(loop, vllm_server: VllmServer, http_engine: OpenAICompatEngine) -> None:
     engine = http_engine
     prompt = engine.chat_prompt_ids([{"role": "user", "content": "Optimize softmax."}])
     suffix = engine.encode(SUFFIX)
@@ -210,7 +141,7 @@ def test_many_concurrent_forks_over_http(loop, vllm_server: Server, http_engine:
     loop.run(run(), timeout_s=180)
 
 
-def test_text_prompts_for_servers_that_refuse_ids(loop, vllm_server: Server, http_engine: OpenAICompatEngine, tiny_model_path: str) -> None:
+def test_text_prompts_for_servers_that_refuse_ids(loop, vllm_server: VllmServer, http_engine: OpenAICompatEngine, tiny_model_path: str) -> None:
     text_engine = OpenAICompatEngine(vllm_server.base_url, SERVED_NAME, tokenizer=tiny_model_path, prompt_format="text")
     prompt = http_engine.chat_prompt_ids([{"role": "user", "content": "Make GELU fast."}])
 
@@ -240,11 +171,11 @@ def test_server_side_rejections_are_clear(loop, http_engine: OpenAICompatEngine)
     loop.run(run(), timeout_s=120)
 
 
-def test_wrong_model_and_unreachable_server(loop, vllm_server: Server, tiny_model_path: str) -> None:
+def test_wrong_model_and_unreachable_server(loop, vllm_server: VllmServer, tiny_model_path: str) -> None:
     wrong = OpenAICompatEngine(vllm_server.base_url, "no-such-model", tokenizer=tiny_model_path)
     with pytest.raises(EngineError, match=f"does not serve model 'no-such-model'.*{SERVED_NAME}"):
         loop.run(wrong.start())
-    unreachable = OpenAICompatEngine(f"http://127.0.0.1:{_free_port()}", SERVED_NAME, tokenizer=tiny_model_path)
+    unreachable = OpenAICompatEngine(f"http://127.0.0.1:{free_port()}", SERVED_NAME, tokenizer=tiny_model_path)
     with pytest.raises(EngineError, match="cannot reach the server at http://127.0.0.1:\\d+/v1"):
         loop.run(unreachable.start())
     with pytest.raises(EngineError, match="not started"):
@@ -281,7 +212,52 @@ def test_silent_server_hits_the_read_timeout(loop, tiny_model_path: str) -> None
     loop.run(run(), timeout_s=60)
 
 
-def test_stream_cut_by_a_dying_server_is_an_error(loop, http_engine: OpenAICompatEngine, vllm_server: Server) -> None:
+def test_request_on_a_keep_alive_connection_the_server_closed_is_sent_again(loop, tiny_model_path: str) -> None:
+    """A server closes an idle keep-alive connection (`vllm serve`: after 5 s) just as a request
+    goes out on it: the request is sent again on a new connection, not reported as a cut stream."""
+    connections: list[list[bytes]] = []
+
+    async def run() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            served: list[bytes] = []
+            connections.append(served)
+            while True:
+                try:
+                    request = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                length = int(next((l.split(b":")[1] for l in request.split(b"\r\n") if l.lower().startswith(b"content-length")), b"0"))
+                if length:
+                    await reader.readexactly(length)
+                served.append(request.split(b" ", 2)[1])
+                if len(served) > 1:           # its keep-alive timer ran out as the request came
+                    break
+                if request.startswith(b"GET /v1/models"):
+                    body = json.dumps({"data": [{"id": SERVED_NAME}]}).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                else:
+                    events = [{"choices": [{"text": "ab", "token_ids": [7, 8], "finish_reason": "length"}]}, "[DONE]"]
+                    body = b"".join(b"data: %s\n\n" % (e if isinstance(e, str) else json.dumps(e)).encode() for e in events)
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        engine = OpenAICompatEngine(f"http://127.0.0.1:{port}", SERVED_NAME, tokenizer=tiny_model_path)
+        try:
+            await engine.start()              # its connection stays in the pool
+            _, ids = await _collect(engine.reason("after-idle", [1, 2], GenerationParams(max_tokens=2)))
+        finally:
+            await engine.close()
+            server.close()
+        assert ids == [7, 8]
+        assert connections == [[b"/v1/models", b"/v1/completions"], [b"/v1/completions"]]
+
+    loop.run(run(), timeout_s=60)
+
+
+def test_stream_cut_by_a_dying_server_is_an_error(loop, http_engine: OpenAICompatEngine, vllm_server: VllmServer) -> None:
     """Runs last in this module: it kills the server in the middle of a stream."""
     prompt = http_engine.chat_prompt_ids([{"role": "user", "content": "Think."}])
 
