@@ -34,7 +34,7 @@ def cluster_settings(elastic: bool, eval_options: dict[str, Any],
     """The settings of a cluster a run starts for itself ("local", "inprocess"): its pools
     elastic or static, its workers' evaluation options (EvalOptions' fields), then `--set`'s
     NAME=VALUE overrides."""
-    settings = RuntimeSettings(pool_mode="elastic" if elastic else "static", eval_options=dict(eval_options))
+    settings = RuntimeSettings(pool_mode="elastic" if elastic else "static", eval_options=eval_options)
     return settings.with_overrides(list(overrides))
 
 

@@ -106,11 +106,11 @@ class NodeActor:
         self.evaluator = evaluator
         self.run_dir = Path(tempfile.mkdtemp(prefix="specgen-node-"))
         self.work_dir = work_dir or self.run_dir / "work"
-        if "cache_dir" not in settings.eval_options:
+        if settings.eval_options.cache_dir is None:
             # One build and reference-timing cache per node: a kernel built or a reference timed by
             # one worker is not built or timed again by its neighbours (the cache keys by device).
-            self.settings = msgspec.structs.replace(
-                settings, eval_options={**settings.eval_options, "cache_dir": str(self.work_dir / "cache")})
+            self.settings = msgspec.structs.replace(settings, eval_options=msgspec.structs.replace(
+                settings.eval_options, cache_dir=str(self.work_dir / "cache")))
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.stopping = False
         self.init_slots(devices)
@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
 
         settings = settings_from_env().with_overrides(args.set)
         if args.allow_unsandboxed:
-            settings = msgspec.structs.replace(
-                settings, eval_options={**settings.eval_options, "sandbox": "optional"})
+            settings = msgspec.structs.replace(settings, eval_options=msgspec.structs.replace(
+                settings.eval_options, sandbox="optional"))
         keys = load_client_keys(args.keys) if args.keys else None
         devices = parse_devices(args.gpus, args.cpu_workers)
         require_keys_for(args.scheduler, keys)

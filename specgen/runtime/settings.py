@@ -6,11 +6,11 @@ and can be overridden on any command line with `--set NAME=VALUE`.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import msgspec
 
 from specgen.errors import UsageError
+from specgen.messages import EvalOptions
 
 SETTINGS_ENV = "SPECGEN_RUNTIME_SETTINGS"
 
@@ -66,7 +66,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cluster_max_restarts: int = 3           # a supervised LocalCluster (`specgen optimize`'s) restarts its
                                             # scheduler, or one node, at most this often in 10 minutes;
                                             # the next death ends the cluster (0: never restart)
-    eval_options: dict[str, Any] = {}       # evaluation: EvalOptions fields (trials, timeouts, ...)
+    eval_options: EvalOptions = msgspec.field(default_factory=EvalOptions)  # every worker's evaluation
     # remote KV pools (runtime/kv_steward.py): the scheduler sees their size and hit rate and makes
     # room for evaluations on the GPU they live on
     kv_control_bind: str | None = None      # bind the pools' control channel here (None = off); loopback
@@ -79,6 +79,16 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kv_pool_timeout_s: float = 30.0         # forget a pool silent this long (a vLLM engine's pool reports
                                             # only while the engine steps, so this is longer than
                                             # peer_timeout_s)
+
+    def __post_init__(self) -> None:
+        # Given as EvalOptions' fields (a dict, as callers write them): typed here, once, so every
+        # process receives them typed and an unknown field is refused where it was written.
+        if not isinstance(self.eval_options, EvalOptions):
+            try:
+                self.eval_options = msgspec.convert(self.eval_options, EvalOptions)
+            except msgspec.ValidationError as exc:
+                raise UsageError(f"setting eval_options: {exc} (the fields are EvalOptions', "
+                                 "specgen/messages/runners.py)") from None
 
     def check(self) -> "RuntimeSettings":
         if self.pool_mode not in ("elastic", "static"):
@@ -103,13 +113,6 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise UsageError("settings kv_reserve_bytes and kv_regrow_idle_s must not be negative")
         if self.kv_pool_timeout_s <= 0:
             raise UsageError("setting kv_pool_timeout_s must be positive")
-        from specgen.messages import EvalOptions
-
-        try:
-            msgspec.convert(self.eval_options, EvalOptions)
-        except msgspec.ValidationError as exc:
-            raise UsageError(f"setting eval_options: {exc} (the fields are EvalOptions', "
-                             "specgen/messages/runners.py)") from None
         if self.kv_control_bind is not None:
             from specgen.runtime.auth import is_loopback
 
@@ -139,7 +142,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         try:
             return msgspec.convert(data, RuntimeSettings).check()
         except msgspec.ValidationError as exc:
-            raise UsageError(f"bad --set value: {exc}") from None
+            where = " (the fields are EvalOptions', specgen/messages/runners.py)" \
+                if "$.eval_options" in str(exc) else ""
+            raise UsageError(f"bad --set value: {exc}{where}") from None
 
 
 def settings_from_env() -> RuntimeSettings:

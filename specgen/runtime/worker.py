@@ -70,9 +70,9 @@ class Evaluator(Protocol):
 
 def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluator:
     if config.evaluator == "eval":
-        from specgen.eval import EvalOptions, EvalWorker
+        from specgen.eval import EvalWorker
 
-        options = msgspec.convert(settings.eval_options, EvalOptions)
+        options = settings.eval_options
         # Candidates must not see the cluster's sockets (ipc:// paths) beyond what the sandbox
         # always hides; its network namespace already cuts tcp:// addresses.
         hidden = [str(Path(a[len("ipc://"):]).parent) for a in (config.scheduler, config.node_notices)

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from specgen.cli import main
-from specgen.messages import OptimizeEvent, OptimizeResult
+from specgen.messages import EvalOptions, OptimizeEvent, OptimizeResult
 from specgen.traces.bundled import bundled_problem
 
 from tests.optimize.chrome_trace import load_chrome_trace
@@ -223,7 +223,7 @@ def test_evaluation_flags_reach_the_evaluation_options(evaluation: str, tmp_path
         main(["optimize", "--evaluation", evaluation, "--devices", "cpu", "--trials", "3",
               "--timing-trials", "7", "--eval-timeout", "42", "--quiet", "--out", str(tmp_path / "o")])
     assert seen["kind"] == ("local" if evaluation == "runtime" else "inprocess")
-    assert seen["settings"].eval_options == {"trials": 3, "timing_trials": 7, "timeout_s": 42.0}
+    assert seen["settings"].eval_options == EvalOptions(trials=3, timing_trials=7, timeout_s=42.0)
 
 
 def test_an_inprocess_clusters_workers_take_the_evaluation_options() -> None:

@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from specgen.errors import UsageError
+from specgen.messages import EvalOptions
 from specgen.runtime.connect import KINDS, connect, cluster_settings
 from specgen.runtime.inprocess import InProcessCluster
 from specgen.runtime.settings import RuntimeSettings
@@ -41,11 +42,11 @@ def test_what_is_missing_or_wrong_is_a_usage_error_naming_it(kind: str, kwargs: 
 def test_cluster_settings_take_the_pool_mode_the_eval_options_then_the_overrides() -> None:
     options = {"trials": 2}
     elastic = cluster_settings(True, options)
-    assert elastic.pool_mode == "elastic" and elastic.eval_options == {"trials": 2}
-    options["trials"] = 9                                   # a copy: the caller's dict is its own
-    assert elastic.eval_options == {"trials": 2}
+    assert elastic.pool_mode == "elastic" and elastic.eval_options == EvalOptions(trials=2)
+    options["trials"] = 9                                   # typed once: the caller's dict is its own
+    assert elastic.eval_options == EvalOptions(trials=2)
     static = cluster_settings(False, {}, ["spare_processes=0", 'eval_options={"trials": 3}'])
-    assert (static.pool_mode, static.spare_processes, static.eval_options) == ("static", 0, {"trials": 3})
+    assert (static.pool_mode, static.spare_processes, static.eval_options) == ("static", 0, EvalOptions(trials=3))
     assert cluster_settings(False, {}, ["pool_mode=elastic"]).pool_mode == "elastic"   # the override wins
 
 

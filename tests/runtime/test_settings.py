@@ -19,8 +19,8 @@ def test_overrides_parse_json_and_check(monkeypatch: pytest.MonkeyPatch) -> None
     ("peer_timeout_s=0.1", "peer_timeout_s must exceed"),
     ("heartbeat_interval_s=-1", "must be positive"),
     ("max_queued_requests=lots", "bad --set value"),
-    ('eval_options={"l2_flush_mb": 0}', "eval_options: Object contains unknown field `l2_flush_mb`"),
-    ('eval_options={"trials": "many"}', r"eval_options: Expected `int`, got `str` - at `\$.trials`"),
+    ('eval_options={"l2_flush_mb": 0}', r"unknown field `l2_flush_mb` - at `\$.eval_options` \(the fields are EvalOptions'"),
+    ('eval_options={"trials": "many"}', r"Expected `int`, got `str` - at `\$.eval_options.trials`"),
 ])
 def test_bad_overrides_name_what_to_fix(pair: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):

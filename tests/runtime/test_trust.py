@@ -121,7 +121,8 @@ def test_a_candidate_kernel_cannot_pass_for_a_worker(softmax_problem: str, sandb
     the scheduler's refusal alone stops it."""
     settings = quick_eval_settings()
     if sandbox != "default":
-        settings = msgspec.structs.replace(settings, eval_options={**settings.eval_options, "sandbox": sandbox})
+        settings = msgspec.structs.replace(settings, eval_options=msgspec.structs.replace(
+            settings.eval_options, sandbox=sandbox))
     with LocalCluster(workers=1, settings=settings) as cluster:
         header = wire.MAGIC + bytes((PROTOCOL_VERSION, Hello.KIND))
         probe = PROBE.format(address=cluster.address, header=header)
