@@ -24,6 +24,7 @@ from typing import Any, Callable
 from specgen.bench.ceiling import ceiling, pooled
 from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild
 from specgen.messages import OptimizeResult, OptimizeSpec
+from specgen.optimize import prompts
 from specgen.optimize.bench_problems import BenchProblem
 from specgen.optimize.fork_models import FORK_MODELS, fork_writer
 from specgen.traces.pinned_replay import IterationModelledEngine
@@ -103,8 +104,12 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
                    batch: int) -> BenchJobRecord:
     from specgen.optimize.loop import run_job
 
-    writer = (fork_writer(config.fork_model, config.live_engine, max_tokens=config.fork_max_tokens)
-              if FORK_MODELS[config.fork_model].needs_engine else fork_writer(config.fork_model))
+    if FORK_MODELS[config.fork_model].needs_engine:
+        # The first iteration's prompt of a live job on this problem, for turns that recorded none.
+        writer = fork_writer(config.fork_model, config.live_engine, max_tokens=config.fork_max_tokens,
+                             messages=prompts.chat(problem.source, [], None))
+    else:
+        writer = fork_writer(config.fork_model)
     engine = IterationModelledEngine(problem.trace, writer, timing=config.timing,
                                      speed=config.speed, prefix_cache=config.prefix_cache,
                                      kv_pool=config.kv_pool)

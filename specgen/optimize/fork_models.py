@@ -93,7 +93,10 @@ class NamedWriter(ReplayWriter):
 
 class EngineWriter:
     """Forks written by a live engine from the fork prompt, re-tokenized for that engine (its
-    tokenizer is not the trace's); the modelled engine paces the delivery."""
+    tokenizer is not the trace's); the modelled engine paces the delivery. The prompt is the
+    replayed iteration's own messages; `messages` stands in where it recorded none (a generated
+    trace): without them the engine would write from the reasoning alone, never having seen the
+    problem."""
 
     name = "model"
 
@@ -106,7 +109,7 @@ class EngineWriter:
 
     async def write(self, iteration: Iteration, position: int, reasoning_text: str,
                     suffix_text: str) -> str:
-        messages = self.messages or iteration.messages or [{"role": "user", "content": ""}]
+        messages = iteration.messages or self.messages or [{"role": "user", "content": ""}]
         prompt_ids = self.engine.chat_prompt_ids(messages)
         self.calls += 1
         parts: list[str] = []

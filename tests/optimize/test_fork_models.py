@@ -137,3 +137,36 @@ def test_a_new_fork_model_is_one_class_and_one_registration(tmp_path) -> None:
         assert json.loads((out / "results.json").read_text())["fork_model"] == "first-draft"
     finally:
         fork_models.FORK_MODELS.pop("first-draft", None)
+
+
+class _RecordingEngine:
+    """What a live fork engine is asked: the chat it is given, and a fork that writes one line."""
+
+    def __init__(self) -> None:
+        self.chats: list[list[dict[str, str]]] = []
+
+    def chat_prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        self.chats.append(messages)
+        return [1]
+
+    def encode(self, text: str) -> list[int]:
+        return [2] * len(text)
+
+    async def fork(self, request_id, prompt_ids, reasoning_ids, suffix_ids, params):
+        class Delta:
+            text = "written"
+        yield Delta()
+
+
+def test_a_live_fork_is_prompted_with_the_problem_where_the_trace_recorded_no_chat() -> None:
+    problem_chat = [{"role": "user", "content": "optimize softmax"}]
+    engine = _RecordingEngine()
+    writer = fork_writer("model", engine, messages=problem_chat)
+    generated = trace_with("thinking " * 20, KERNEL_A).iterations[0]          # no messages
+    assert generated.messages in (None, [])
+    assert asyncio.run(writer.write(generated, 5, "thinking", "now write")) == "written"
+    builder = TraceBuilder(token_rate=100.0, problem="softmax", hand_written=False)
+    own = [{"role": "user", "content": "the recorded prompt"}]
+    builder.add_iteration("thinking " * 20, forks=[], final_text=KERNEL_A, messages=own)
+    asyncio.run(writer.write(builder.build().iterations[0], 5, "thinking", "now write"))
+    assert engine.chats == [problem_chat, own]
