@@ -13,11 +13,11 @@ from specgen.cli import main
 from specgen.errors import SpecgenError
 
 # Private control-flow signals, a BaseException that no `except Exception` may swallow, a warning,
-# and the C++ extension's own type (pybind11 registers it on RuntimeError).
+# and the compiled modules' own types (pybind11 registers them on RuntimeError).
 OUTSIDE = {"specgen.eval.profiling._ReferenceFailed", "specgen.eval.findings.Stop",
            "specgen.traces.importing.staging.ImportInterrupted",
            "specgen.traces.importing.importer.TraceImportWarning",
-           "specgen.kv._kv_transfer.KvTransferError"}
+           "specgen.kv._kv_transfer.KvTransferError", "specgen.eval._digest.DigestError"}
 
 
 def _exception_classes() -> dict[str, type]:
