@@ -161,6 +161,11 @@ class AssignmentPolicy:
         assigned = 0
         if self.total_queued():
             wall = self.wall()
+            # A pool with no worker at all (one worker, split statically) would hold its work
+            # forever: the other pool's workers take it, in either mode.
+            staffed = {pool: False for pool in POOLS}
+            for w in self.registry.workers.values():
+                staffed[w.pool] = True
             progress = True
             while progress and self.total_queued():
                 progress = False
@@ -168,7 +173,7 @@ class AssignmentPolicy:
                 for pool in POOLS:
                     other = "profile" if pool == "validate" else "validate"
                     for w in list(idle[pool].values()):
-                        lend = self.lending and not idle[other]
+                        lend = (self.lending or not staffed[other]) and not idle[other]
                         if not self.queues[pool].live and not (lend and self.queues[other].live):
                             break     # nothing left that a worker of this pool may take
                         req = self._pick(w, wall, lend=lend)

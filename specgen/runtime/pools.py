@@ -12,7 +12,8 @@ takes the head of the other queue (work-conserving), so no worker idles while wo
 split then decides whose work comes first when both queues are non-empty.
 
 In "static" mode the split is fixed (`static_validate_workers`) and workers never lend: the
-baseline configuration.
+baseline configuration. In either mode a pool left with no worker at all (a single worker) has
+its queue served by the other pool's workers (assignment.py), or its work would wait forever.
 """
 from __future__ import annotations
 

@@ -272,6 +272,16 @@ def test_static_pools_never_lend() -> None:
     assert h.core.workers[p].busy is None
 
 
+def test_a_single_static_worker_serves_both_stages() -> None:
+    # One worker, split statically, is a validator: the profiling work must still reach it.
+    h = Harness(pool_mode="static")
+    h.hello(CLIENT, "client", "c")
+    w = h.worker("n1/cpu0")
+    assert h.core.workers[w].pool == "validate"
+    [blocker] = assigns(h.submit("x-ok", extracted_at=1.0))
+    assert _drain_order(h, w, blocker) == [("x-ok", "validate"), ("x-ok", "profile")]
+
+
 def _pool_sizes(h: Harness) -> dict[str, int]:
     sizes = {"validate": 0, "profile": 0}
     for w in h.core.workers.values():
