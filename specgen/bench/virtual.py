@@ -36,7 +36,7 @@ from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem
 from specgen.traces.extraction import extract_candidate
 from specgen.optimize.fork_models import replayable_fork_models
-from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, script_turn
+from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, trace_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
 
 
@@ -182,8 +182,8 @@ def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[
         for index, batch in enumerate(batches):
             plans = []
             for k, p in enumerate(batch):
-                scripts = [script_turn(p.name, it.reasoning.text, it.final.text, TriggerSettings(),
-                                       forking, forking, fork_model=config.fork_model)
+                scripts = [trace_turn(p.name, it, TriggerSettings(), forking, forking,
+                                      fork_model=config.fork_model)
                            for it in p.trace.iterations]
                 plans.append(JobPlan(job_id=p.name, problem=p.name, mode=mode, engine=k,
                                      turns=[[s] * (config.best_of_n if mode == "best-of-n" else 1)

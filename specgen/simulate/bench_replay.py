@@ -11,7 +11,7 @@ from specgen.messages import TriggerSettings
 from specgen.optimize.modes import MODES
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
 from specgen.simulate.model import (
-    ServiceTimes, TurnBank, base_problem, bench_seed, bench_timing, load_bench, script_turn,
+    ServiceTimes, TurnBank, base_problem, bench_seed, bench_timing, load_bench, trace_turn,
 )
 
 
@@ -53,8 +53,7 @@ def replay(path: Path, seed: int = 0, settings: dict[str, Any] | None = None) ->
         for index, batch in enumerate(batches):
             plans = []
             for k, p in enumerate(batch):
-                turns = [[script_turn(p.name, it.reasoning.text, it.final.text, TriggerSettings(),
-                                      forking, forking)]
+                turns = [[trace_turn(p.name, it, TriggerSettings(), forking, forking)]
                          * (cfg.get("best_of_n", 4) if mode == "best-of-n" else 1)
                          for it in p.trace.iterations]
                 plans.append(JobPlan(job_id=f"{p.name}", problem=p.name, mode=mode, engine=k,

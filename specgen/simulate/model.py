@@ -12,13 +12,14 @@
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from specgen.engines.timing_model import TimingModel
 from specgen.errors import UsageError
@@ -27,6 +28,7 @@ from specgen.optimize.dedup import fingerprint
 from specgen.optimize.fork_models import fork_writer
 from specgen.optimize.triggers import TriggerContext, TriggerPolicy, build_trigger_policy
 from specgen.traces.extraction import extract_candidate
+from specgen.traces.format import Iteration, Segment
 from specgen.traces.synthetic import CHARS_PER_TOKEN, LANGS, CandidateLibrary, generate_turn
 
 # The loop streams reasoning in deltas; the trigger scan reads the text in deltas of this many
@@ -275,17 +277,56 @@ class TurnScript:
     text: str                       # kept for the gates' context (MinGap etc. read counters only)
 
 
-def _tokens(chars: int) -> int:
+def _estimated_tokens(chars: int) -> int:
     return max(1, int(round(chars / CHARS_PER_TOKEN)))
 
 
+def tokens_at(segment: Segment) -> Callable[[int], int] | None:
+    """How many of a recorded segment's tokens a replay has streamed once `chars` characters of
+    its text are out: whole chunks as recorded, a chunk's share in proportion within it. A replay
+    paces the recorded tokens, so the virtual clock must count those, not an estimate from the
+    text's length (off by 5-15% on code-heavy text). None for a segment with no token ids."""
+    ends_c: list[int] = []
+    ends_t: list[int] = []
+    chars = tokens = 0
+    for chunk in segment.chunks:
+        chars += len(chunk.text)
+        tokens += len(chunk.token_ids)
+        ends_c.append(chars)
+        ends_t.append(tokens)
+    if not tokens:
+        return None
+
+    def at(offset: int) -> int:
+        i = bisect.bisect_left(ends_c, offset)
+        if i >= len(ends_c):
+            return tokens
+        prev_c, prev_t = (ends_c[i - 1], ends_t[i - 1]) if i else (0, 0)
+        span = ends_c[i] - prev_c
+        share = (offset - prev_c) / span if span else 1.0
+        return max(1, prev_t + int(round(share * (ends_t[i] - prev_t))))
+    return at
+
+
+def trace_turn(problem: str, iteration: Iteration, settings: TriggerSettings, forking: bool,
+               inline: bool, fork_model: str = "draft") -> TurnScript:
+    """`script_turn` of a recorded iteration, counting its recorded tokens."""
+    return script_turn(problem, iteration.reasoning.text, iteration.final.text, settings, forking,
+                       inline, fork_model, tokens=tokens_at(iteration.reasoning),
+                       final_tokens=iteration.final.num_tokens or None)
+
+
 def script_turn(problem: str, reasoning: str, final_text: str, settings: TriggerSettings,
-                forking: bool, inline: bool, fork_model: str = "draft") -> TurnScript:
+                forking: bool, inline: bool, fork_model: str = "draft",
+                tokens: Callable[[int], int] | None = None,
+                final_tokens: int | None = None) -> TurnScript:
     """Run the loop's own triggers (no gates: those are asked live) over the turn's text in
     stream-sized deltas, and note where each fires and what a fork there would write: the
     registered fork model's `program_at` (`fork_models`: with `draft` the latest program the
     reasoning completed before that point; with `named` the final answer once its kernel has
-    been named, else that draft)."""
+    been named, else that draft). `tokens`: the reasoning's tokens at a character offset, and
+    `final_tokens` the answer's, where recorded (else estimated from the text's length)."""
+    count = tokens or _estimated_tokens
     final = extract_candidate(final_text, accept_unclosed=True)
     writer = fork_writer(fork_model)
     policy = build_trigger_policy(settings, forking=forking, inline_candidates=inline, load_aware=False)
@@ -294,22 +335,22 @@ def script_turn(problem: str, reasoning: str, final_text: str, settings: Trigger
     step = int(SCAN_DELTA_TOKENS * CHARS_PER_TOKEN)
     previous = 0
     for end in list(range(step, len(reasoning), step)) + [len(reasoning)]:
-        tokens = _tokens(end)
-        ctx = TriggerContext(iteration=0, reasoning_tokens=tokens, text=reasoning[:end],
-                             new_text_start=previous, previous_tokens=_tokens(previous) if previous else 0)
+        at = count(end)
+        ctx = TriggerContext(iteration=0, reasoning_tokens=at, text=reasoning[:end],
+                             new_text_start=previous, previous_tokens=count(previous) if previous else 0)
         previous = end
         decision = scan.decide(ctx)
         if decision is None:
             continue
         for source in decision.inline_candidates:
-            firings.append(Firing(tokens, "inline", end, source=source))
+            firings.append(Firing(at, "inline", end, source=source))
         if decision.fork:
             answer = writer.program_at(reasoning[:end], reasoning, final)
-            firings.append(Firing(tokens, "fork", end, fork_answer=answer))
+            firings.append(Firing(at, "fork", end, fork_answer=answer))
     for source in policy.finish(reasoning) if inline else []:
-        firings.append(Firing(_tokens(len(reasoning)), "inline", len(reasoning), source=source))
-    return TurnScript(problem=problem, reasoning_tokens=_tokens(len(reasoning)),
-                      final_tokens=_tokens(len(final_text)), final_source=final,
+        firings.append(Firing(count(len(reasoning)), "inline", len(reasoning), source=source))
+    return TurnScript(problem=problem, reasoning_tokens=count(len(reasoning)),
+                      final_tokens=final_tokens or _estimated_tokens(len(final_text)), final_source=final,
                       firings=firings, text="")
 
 

@@ -214,3 +214,23 @@ def test_spare_processes_must_not_be_negative(tmp_path) -> None:
     from specgen.cli import main
 
     assert main(["simulate", "--from-bench", _bench_file(tmp_path), "--spare-processes", "-1"]) == 2
+
+
+def test_a_recorded_turn_is_paced_by_its_recorded_tokens_not_its_length() -> None:
+    # A replay streams the trace's own tokens; the virtual clock must count the same ones (code
+    # tokenizes to fewer characters a token than prose, so a length estimate runs fast).
+    from specgen.messages import TriggerSettings
+    from specgen.simulate.model import script_turn, tokens_at, trace_turn
+    from specgen.traces.format import Chunk, Iteration, Segment
+    from specgen.traces.synthetic import CHARS_PER_TOKEN
+
+    reasoning = Segment([Chunk(0.0, [1] * 30, "x" * 36), Chunk(0.1, [2] * 10, "y" * 36)])
+    final = Segment([Chunk(0.2, [3] * 7, "```python\nz\n```")])
+    at = tokens_at(reasoning)
+    assert at is not None
+    assert (at(0), at(18), at(36), at(54), at(72), at(1000)) == (1, 15, 30, 35, 40, 40)
+    turn = trace_turn("p", Iteration(reasoning, final), TriggerSettings(), False, False)
+    assert (turn.reasoning_tokens, turn.final_tokens) == (40, 7)
+    estimated = script_turn("p", reasoning.text, final.text, TriggerSettings(), False, False)
+    assert estimated.reasoning_tokens == round(72 / CHARS_PER_TOKEN) != 40
+    assert tokens_at(Segment([Chunk(0.0, [], "text")])) is None
