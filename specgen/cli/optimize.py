@@ -57,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replay a trace, vLLM in this process, or an OpenAI-compatible server "
                              "(default: replay of the bundled trace)")
     engine.add_argument("--trace", help="trace file to replay (implies --llm replay)")
+    engine.add_argument("--clock", choices=("wall", "virtual"), default=None,
+                        help="virtual: evaluate the trace's programs once for real, then run the job "
+                             "and a sequential run of the trace on a virtual clock (minutes, not the "
+                             "reasoning's length; cli/optimize_virtual.py); wall: the runtime at the "
+                             "reasoning's pace (default, except for the first run: no problem, no "
+                             "engine)")
     engine.add_argument("--speed", type=float, default=1.0,
                         help="replay time scale: 2 replays twice as fast (default 1)")
     from specgen.optimize.fork_models import replayable_fork_models
@@ -100,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablation.add_argument("--static-pools", action="store_true",
                           help="fixed validation/profiling pools instead of elastic ones")
     evaluation = parser.add_argument_group("evaluation")
-    evaluation.add_argument("--evaluation", choices=("runtime", "inprocess"), default="runtime",
+    evaluation.add_argument("--evaluation", choices=("runtime", "inprocess"), default=None,
                             help="the job in a reasoner of a local scheduler and node, its candidates on their "
                                  "workers (default), or the loop and evaluation in this process")
     evaluation.add_argument("--devices", default=None,
@@ -211,6 +217,11 @@ def run_optimize(args: argparse.Namespace) -> int:
     # Everything the command line can get wrong is checked before anything is said or started.
     plan = plan_run(args)
     devices = devices_of(args)
+    from specgen.cli import optimize_virtual
+
+    if optimize_virtual.wants_virtual(args):
+        say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+        return optimize_virtual.run(args, plan, devices, eval_options_of(args), say)
     if plan.llm == "vllm" and not args.devices and len(devices) > 1 and devices[0] == "cuda:0":
         # vLLM runs on cuda:0: it evaluates only when asked for (--devices), so that profiling
         # timings never share a GPU with the reasoning
