@@ -118,7 +118,9 @@ def run(args: argparse.Namespace, plan: Plan, devices: list[str], eval_options: 
         cpu_timing=on_cpu, turn_tokens=job["reasoning_tokens"], read_tokens=job["reasoning_read_tokens"],
         stopped_early=job["reasoning_read_tokens"] < job["reasoning_tokens"],
         run_s=job["end_to_end_s"], generation_s=None, clock="virtual",
-        sequential_run_s=sequential["end_to_end_s"],
+        # Fewer than half of the answers judged here (CUDA on a CPU host, say): no comparison.
+        sequential_run_s=None if summary["no_headline"] else sequential["end_to_end_s"],
+        no_evidence=summary["no_headline"],
         validated=job["validated"], profiled=job["profiled"],
         validated_during=job["validated_during"], profiled_during=job["profiled_during"],
         measured_programs=summary["programs"], measured_wall_s=wall_s)

@@ -93,6 +93,7 @@ class FirstRunFigures:
     sequential_run_s: float | None = None   # sequential's simulated run (virtual clock)
     measured_programs: int = 0     # virtual clock: programs evaluated for real, and the time it took
     measured_wall_s: float = 0.0
+    no_evidence: str | None = None # why no comparison is claimed (too few answers judged here)
 
     @property
     def service_s(self) -> float | None:
@@ -240,7 +241,9 @@ def render(fig: FirstRunFigures) -> list[str]:
                      f"{fig.measured_wall_s:.0f} s")
     else:
         lines.append(f"This run: {fig.run_s:.1f} s")
-    if fig.sequential_run_s is not None:
+    if fig.no_evidence is not None:
+        lines.append(f"Sequential, same trace (virtual clock): not compared: {fig.no_evidence}")
+    elif fig.sequential_run_s is not None:
         lines.append(f"Sequential, same trace (virtual clock): {fig.sequential_run_s:.1f} s (the "
                      "reasoning to its end, each answer judged before the next turn, on the same "
                      "verdicts)")
@@ -256,7 +259,9 @@ def render(fig: FirstRunFigures) -> list[str]:
             lines.append(f"Sequential, same trace (virtual clock): {fig.sequential_s:.1f} s = "
                          f"{fig.generation_s:.1f} s reasoning and answer + {fig.service_s:.1f} s "
                          f"validate+profile of the answer ({hows})")
-    if fig.saving_s is not None and fig.ratio is not None:
+    if fig.no_evidence is not None:
+        lines.append("Saved: not claimed (nothing measured here backs a comparison)")
+    elif fig.saving_s is not None and fig.ratio is not None:
         if not fig.stopped_early or fig.saving_s <= 0:
             delta = round(fig.run_s - fig.sequential_s, 1) + 0.0   # type: ignore[operator] # no "-0.0"
             lines.append(f"Saved: nothing ({'it ran to the end' if not fig.stopped_early else 'no time'}; "

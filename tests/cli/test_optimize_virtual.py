@@ -92,3 +92,22 @@ def test_a_flag_of_the_runtime_makes_the_first_run_a_wall_clock_run() -> None:
     assert not wants_virtual(args(kv_pool="host"))
     assert wants_virtual(args(problem="p.py", clock="virtual"))
     assert not wants_virtual(args(clock="wall"))
+
+
+def test_a_trace_whose_answers_cannot_run_here_claims_no_saving(tmp_path, capsys) -> None:
+    # A CUDA answer on a host without a GPU: no answer can be judged, so no comparison is printed.
+    from specgen.optimize.bench_problems import generated_problems
+    from specgen.traces.extraction import extract_candidate
+
+    (problem,) = generated_problems(1, 1, 4, ["softmax"], ("cuda",))   # seed 4: a CUDA answer
+    answer = extract_candidate(problem.trace.iterations[0].final.text, accept_unclosed=True)
+    assert answer is not None and "load_inline" in answer
+    trace = problem.trace.save(tmp_path / "softmax.trace.json")
+    out = tmp_path / "run"
+    assert main(["optimize", str(PROBLEMS / "softmax.py"), "--trace", str(trace), "--clock", "virtual",
+                 "--devices", "cpu", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    summary = json.loads((out / "virtual.json").read_text())
+    assert summary["answers_judged"] * 2 < summary["answers"] and summary["no_headline"]
+    assert "not compared: only 0 of" in err
+    assert "Saved: not claimed" in err and "Saved: nothing" not in err
