@@ -77,6 +77,37 @@ def take_secrets() -> dict[str, str]:
     return _secrets
 
 
+def on_signals(callback: Callable[[int], None],
+               signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """Call `callback(signum)` for each of `signals`, on a thread of its own. Main thread only.
+
+    A Python signal handler runs on the main thread between two bytecodes: inside a `with lock:`
+    of the code it interrupted, or inside itself when a second signal comes. A handler that takes
+    any lock (threading.Event.set, an evaluator's cancel) then waits for a lock its own thread
+    holds, forever: a worker whose node was killed hung so, busy, and its request was never
+    re-queued. Here the interpreter's C handler only writes the signal's number to a pipe
+    (signal.set_wakeup_fd) and the Python handler does nothing; the thread reads the pipe and runs
+    `callback` outside any interrupted frame."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for signum in signals:
+        signal.signal(signum, _noted)
+
+    def pump() -> None:
+        while True:
+            data = os.read(read_fd, 64)
+            for signum in data:
+                if signum in signals:
+                    callback(signum)
+
+    threading.Thread(target=pump, name="signals", daemon=True).start()
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The Python half of `on_signals`: nothing (the wakeup pipe already has the number)."""
+
+
 def pid_alive(pid: int) -> bool:
     """True while process `pid` exists and is not a zombie."""
     try:

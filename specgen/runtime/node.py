@@ -47,7 +47,7 @@ from specgen.runtime.auth import (
     client_keys_to_text, load_client_keys, load_join_secret, peer_credential, present_credential,
     require_keys_for,
 )
-from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, take_secrets
+from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, on_signals, take_secrets
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import PeerConnection, SocketReader
 from specgen.runtime.worker import CONFIG_ENV, WorkerConfig
@@ -352,8 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"specgen-node: error: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, node.request_stop)
-    signal.signal(signal.SIGINT, node.request_stop)
+    on_signals(node.request_stop)
     print(f"specgen-node {name}: {len(devices)} worker(s) on {', '.join(devices)} -> {args.scheduler}", flush=True)
     try:
         node.run()

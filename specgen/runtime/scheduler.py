@@ -41,7 +41,9 @@ from specgen.runtime.auth import (
     ephemeral_client_keys, is_loopback, load_join_secret, load_server_keys, reasoner_credential,
     require_keys_for,
 )
-from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, parent_alive, take_secrets
+from specgen.runtime.child_process import (
+    ChildProcess, die_with_parent, log_tail, on_signals, parent_alive, take_secrets,
+)
 from specgen.runtime.journal import Journal
 from specgen.runtime.private_files import make_private_dir, write_private
 from specgen.runtime.scheduler_core import SchedulerCore
@@ -422,16 +424,14 @@ def serve(args: argparse.Namespace) -> int:
         path = args.join_secret or args.state_dir / JOIN_SECRET_FILE
         join_secret, source = load_join_secret(path, create=True), f"in {path}"
     actor = SchedulerActor(args.bind, args.state_dir, settings, keys, join_secret)
-    signal.signal(signal.SIGTERM, actor.request_stop)
-    signal.signal(signal.SIGINT, actor.request_stop)
     orphaned = False
 
-    def on_parent_death(signum: int, frame: object) -> None:
+    def on_signal(signum: int) -> None:
         nonlocal orphaned
-        orphaned = True
-        actor.request_stop(signum, frame)
+        orphaned = orphaned or signum == signal.SIGHUP   # PR_SET_PDEATHSIG: the parent died
+        actor.request_stop()
 
-    signal.signal(signal.SIGHUP, on_parent_death)
+    on_signals(on_signal, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     print(f"specgen scheduler listening on {actor.address}", flush=True)
     if args.metrics_port is not None:
         try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -41,7 +40,7 @@ from specgen.runtime import wire
 from specgen.runtime.auth import (
     ClientKeys, client_keys_from_env, client_keys_from_text, present_credential,
 )
-from specgen.runtime.child_process import die_with_parent, parent_alive, take_secrets
+from specgen.runtime.child_process import die_with_parent, on_signals, parent_alive, take_secrets
 from specgen.runtime.settings import RuntimeSettings, settings_from_env
 from specgen.runtime.transport import PeerConnection
 
@@ -227,8 +226,7 @@ def main() -> int:
     present_credential("worker", config.name, secrets.get("credential", ""))
     settings = settings_from_env()
     actor = WorkerActor(config, settings, keys)
-    signal.signal(signal.SIGTERM, actor.request_stop)
-    signal.signal(signal.SIGINT, actor.request_stop)
+    on_signals(actor.request_stop)   # SIGTERM also comes when the node dies (PR_SET_PDEATHSIG)
     try:
         actor.serve()
     except Exception as exc:  # noqa: BLE001 - any fatal error becomes a DEAD notice

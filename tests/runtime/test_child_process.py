@@ -112,3 +112,43 @@ def test_secrets_reach_the_child_only_and_nothing_it_starts(tmp_path: Path) -> N
     assert data["grandchild"] == ["0", "0", "0"]          # no descriptor, no variable, no secret
     assert secret not in Path(f"/proc/{os.getpid()}/environ").read_text()
     assert secret.encode() not in " ".join(child.argv).encode()
+
+
+BUSY_STOPPER = """
+import sys, threading
+from pathlib import Path
+from specgen.runtime.child_process import on_signals
+lock = threading.Lock()
+stop = threading.Event()
+calls = []
+
+def request_stop(signum):
+    calls.append(signum)
+    with lock:              # as a real stop does (an Event, an evaluator's cancel)
+        stop.set()
+
+on_signals(request_stop)
+Path(sys.argv[1]).write_text("ready")
+while not stop.is_set():
+    with lock:              # the main thread holds the lock most of the time
+        pass
+print("stopped", flush=True)
+"""
+
+
+def test_a_stop_signal_lands_while_the_main_thread_holds_the_stops_lock(tmp_path: Path) -> None:
+    """With `signal.signal(SIGTERM, request_stop)` this process hangs on the first signal: the
+    handler runs on the main thread inside its `with lock:` (a worker whose node was killed hung
+    so). A burst of signals, as a dying parent and a supervisor may send, stops it too."""
+    (tmp_path / "busy_stopper.py").write_text(BUSY_STOPPER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    ready = tmp_path / "ready"
+    child = ChildProcess("busy", "busy_stopper", [str(ready)], env=env, log_path=tmp_path / "b.log").start()
+    try:
+        wait_for(ready.exists, 30, "the child to start")
+        for _ in range(50):
+            child.signal(signal.SIGTERM)
+        assert child.proc.wait(10) == 0, log_tail(tmp_path / "b.log")
+        assert "stopped" in log_tail(tmp_path / "b.log")
+    finally:
+        child.stop(1.0)
