@@ -18,7 +18,7 @@ class TriggerSettings(msgspec.Struct, kw_only=True):
 
     every_n_tokens: int = 0                 # fork each time the reasoning passes a multiple; 0 = off
     structure_boundaries: bool = True       # paragraph breaks, headings, numbered steps
-    cues: list[str] | None = None           # decision cues ("let me write", "wait"); None = defaults
+    cues: list[str] | None = None           # decision cues ("let me write", "wait"); None or [] = off
     min_gap_tokens: int = 320               # no fork closer than this to the previous one (or the start)
     max_forks_per_iteration: int = 10
     max_forks_in_flight: int = 2            # 0 = no limit
