@@ -39,6 +39,9 @@ from specgen.optimize.fork_models import replayable_fork_models
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, trace_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
 
+# The loop's improvement margin, as the simulator runs it (SimConfig's default).
+DEFAULT_MARGIN: float = SimConfig.improvement_margin or 0.0
+
 
 def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, bool]]:
     """(problem, program, whether it is some turn's final answer), each program once per problem."""
@@ -203,21 +206,32 @@ def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[
     return out
 
 
-def named_saving_on_wrong_answers(problems: list[BenchProblem], turns: list[Any],
-                                  rows: list[dict[str, Any]]) -> float | None:
-    """The share of the named ceiling's saving that lies in turns whose final answer was not
-    measured correct: the ceiling stops there all the same, while the loop ends a turn early only
-    on a correct kernel that beats the ones before it. None when the ceiling saves nothing."""
-    correct = {(r["problem"], r["program"]): bool(r["correct"]) for r in rows}
-    iterations = [(p, it) for p in problems for it in p.trace.iterations]
-    saved = wrong = 0
-    for (problem, it), turn in zip(iterations, turns):
-        saving = turn.total_tokens - turn.named_stop_tokens
-        final = extract_candidate(it.final.text, accept_unclosed=True)
-        saved += saving
-        if final is None or not correct.get((base_problem(problem.name), program_key(final))):
-            wrong += saving
-    return wrong / saved if saved else None
+def named_saving_split(problems: list[BenchProblem], turns: list[Any],
+                       rows: list[dict[str, Any]], margin: float = DEFAULT_MARGIN) -> dict[str, float] | None:
+    """Where the named ceiling's saving lies, as shares of it: turns whose final answer was not
+    measured correct (`not_correct`), turns whose correct answer does not beat the job's earlier
+    correct answers by the loop's improvement `margin` (`not_better`), and the rest (`better`).
+    The ceiling stops every turn at the naming; the loop ends a turn early only on a correct kernel
+    that beats the ones before it, so only `better` (and drafts that beat earlier kernels, which
+    the ceiling does not count) is open to it. None when the ceiling saves nothing."""
+    measured = {(r["problem"], r["program"]): r for r in rows}
+    by_turn = iter(turns)
+    split = {"not_correct": 0, "not_better": 0, "better": 0}
+    for problem in problems:
+        best: float | None = None
+        for it in problem.trace.iterations:
+            turn = next(by_turn)
+            saving = turn.total_tokens - turn.named_stop_tokens
+            final = extract_candidate(it.final.text, accept_unclosed=True)
+            row = measured.get((base_problem(problem.name), program_key(final))) if final else None
+            if row is None or not row["correct"]:
+                split["not_correct"] += saving
+                continue
+            speedup = row.get("speedup") or 0.0
+            split["better" if best is None or speedup >= best * (1.0 + margin) else "not_better"] += saving
+            best = speedup if best is None else max(best, speedup)
+    saved = sum(split.values())
+    return {k: v / saved for k, v in split.items()} if saved else None
 
 
 def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +277,7 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
             "devices": config.devices, "concurrency": config.concurrency,
             "hardware": _hardware(config, rows),
             "ceiling": draft_bound, "named_ceiling": pooled(turns),
-            "named_saving_on_wrong_answers": named_saving_on_wrong_answers(config.problems, turns, rows),
+            "named_saving_split": named_saving_split(config.problems, turns, rows),
             "per_mode": per_mode,
             "ratios": ratios, "no_headline": no_headline,
             "answers": len(answers), "answers_judged": judged, "programs": len(rows),
@@ -304,11 +318,13 @@ def table(summary: dict[str, Any]) -> str:
                          f"{g['high']:.3f} over {g['n']} problems, one run)")
     lines += ceiling_lines((r.get("vs_sequential") or {}).get("geomean"), summary["ceiling"],
                            summary["named_ceiling"])
-    wrong = summary.get("named_saving_on_wrong_answers")
-    if wrong:
-        lines.append(f"of the named ceiling's saving, {wrong:.0%} lies in turns whose final answer was not "
-                     "correct here: the ceiling stops there too, the loop ends a turn early only on a "
-                     "correct kernel that beats the ones before it")
+    split = summary.get("named_saving_split")
+    if split:
+        lines.append(f"of the named ceiling's saving, {split['not_correct']:.0%} lies in turns whose final "
+                     f"answer was not correct here and {split['not_better']:.0%} in turns whose correct "
+                     "answer does not beat the job's earlier answers by the loop's margin: the ceiling "
+                     "stops those too, the loop ends a turn early only on a correct kernel that beats "
+                     f"the ones before it ({split['better']:.0%} lies elsewhere)")
     if r.get("profiled_vs_sequential") is not None:
         lines.append(f"profiling feedback, specgen / sequential: {r['profiled_vs_sequential']:.2f}x")
     return "\n".join(lines)

@@ -156,22 +156,37 @@ def test_a_measured_runner_wait_is_modelled_not_kept_in_the_service_time() -> No
     assert times.program_takes_runner == {"p": [True], "q": [False]}
 
 
-def test_the_named_ceilings_saving_on_wrong_answers_is_counted() -> None:
+def test_the_named_ceilings_saving_is_split_by_what_the_loop_could_stop_on() -> None:
     from specgen.bench.ceiling import ceiling
-    from specgen.bench.virtual import named_saving_on_wrong_answers
+    from specgen.bench.virtual import named_saving_split
 
     problems = generated_problems(8, 3, 1, None, ("torch", "cpp"))
     _, turns = ceiling([p.trace for p in problems])
     assert any(t.named_stop_tokens < t.total_tokens for t in turns)
     finals = [(p.name.split("#")[0], program_key(extract_candidate(it.final.text, accept_unclosed=True)))
               for p in problems for it in p.trace.iterations]
-    rows = [{"problem": name, "program": key, "correct": ok} for (name, key) in finals for ok in [True]]
-    assert named_saving_on_wrong_answers(problems, turns, rows) == 0.0
-    assert named_saving_on_wrong_answers(problems, turns, []) == 1.0
-    # One problem's answers wrong: its turns' share of the saving, no more.
-    first = problems[0].name.split("#")[0]
-    mixed = [{**r, "correct": r["problem"] != first} for r in rows]
     saved = {p.name: sum(t.total_tokens - t.named_stop_tokens for t in turns if t.problem == p.trace.metadata.problem)
              for p in problems}
-    share = named_saving_on_wrong_answers(problems, turns, mixed)
+    first = problems[0].name.split("#")[0]
+    assert named_saving_split(problems, turns, [])["not_correct"] == 1.0
+    # Every answer correct, each new program twice as fast as any before it in its job: only a turn
+    # whose answer repeats an earlier answer of its job improves on nothing.
+    faster: dict = {}
+    repeated = 0
+    for (name, key), turn in zip(finals, turns):
+        if (name, key) in faster:
+            repeated += turn.total_tokens - turn.named_stop_tokens
+        faster.setdefault((name, key), 2.0 ** len([k for k in faster if k[0] == name]))
+    rows = [{"problem": n, "program": k, "correct": True, "speedup": v} for (n, k), v in faster.items()]
+    split = named_saving_split(problems, turns, rows)
+    assert split["not_correct"] == 0.0
+    assert split["not_better"] == pytest.approx(repeated / sum(saved.values()))
+    # One problem's answers wrong: its turns' share of the saving, no more.
+    mixed = [{**r, "correct": r["problem"] != first} for r in rows]
+    share = named_saving_split(problems, turns, mixed)["not_correct"]
     assert share == pytest.approx(saved[problems[0].name] / sum(saved.values()))
+    # Answers all correct at one speed: only each job's first correct answer improves on anything.
+    flat = [{**r, "speedup": 1.0} for r in rows]
+    split = named_saving_split(problems, turns, flat)
+    assert split["not_correct"] == 0.0 and split["not_better"] > 0.0
+    assert sum(split.values()) == pytest.approx(1.0)
