@@ -418,7 +418,11 @@ def plot(run: BenchRun, summary: dict[str, Any], out: Path) -> list[Path]:
     ax.set_xlabel("seconds since job start")
     ax.set_ylabel("mean best speedup so far over problems")
     ax.set_title(f"Best speedup over time ({summary['hardware']})", fontsize=9)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no mode timed a correct kernel", ha="center", va="center",
+                transform=ax.transAxes)
     fig.tight_layout()
     paths.append(out / "speedup_over_time.png")
     _save(fig, paths[-1])
