@@ -97,6 +97,8 @@ def on_signals(callback: Callable[[int], None],
     def pump() -> None:
         while True:
             data = os.read(read_fd, 64)
+            if not data:
+                return
             for signum in data:
                 if signum in signals:
                     callback(signum)
