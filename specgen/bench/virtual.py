@@ -210,15 +210,16 @@ def named_saving_split(problems: list[BenchProblem], turns: list[Any],
                        rows: list[dict[str, Any]], margin: float = DEFAULT_MARGIN) -> dict[str, float] | None:
     """Where the named ceiling's saving lies, as shares of it: turns whose final answer was not
     measured correct (`not_correct`), turns whose correct answer does not beat the job's earlier
-    correct answers by the loop's improvement `margin` (`not_better`), and the rest (`better`).
-    The ceiling stops every turn at the naming; the loop ends a turn early only on a correct kernel
-    that beats the ones before it, so only `better` (and drafts that beat earlier kernels, which
-    the ceiling does not count) is open to it. None when the ceiling saves nothing."""
+    correct answers, or the reference before there is one, by the loop's improvement `margin`
+    (`not_better`), and the rest (`better`). The ceiling stops every turn at the naming; the loop
+    ends a turn early only on a correct kernel that beats the ones before it (termination.py,
+    `BeatsEarlier`), so only `better` (and drafts that beat earlier kernels, which the ceiling does
+    not count) is open to it. None when the ceiling saves nothing."""
     measured = {(r["problem"], r["program"]): r for r in rows}
     by_turn = iter(turns)
     split = {"not_correct": 0, "not_better": 0, "better": 0}
     for problem in problems:
-        best: float | None = None
+        best = 1.0                                   # the reference, until a kernel is timed
         for it in problem.trace.iterations:
             turn = next(by_turn)
             saving = turn.total_tokens - turn.named_stop_tokens
@@ -228,8 +229,8 @@ def named_saving_split(problems: list[BenchProblem], turns: list[Any],
                 split["not_correct"] += saving
                 continue
             speedup = row.get("speedup") or 0.0
-            split["better" if best is None or speedup >= best * (1.0 + margin) else "not_better"] += saving
-            best = speedup if best is None else max(best, speedup)
+            split["better" if speedup >= best * (1.0 + margin) else "not_better"] += saving
+            best = max(best, speedup)
     saved = sum(split.values())
     return {k: v / saved for k, v in split.items()} if saved else None
 
@@ -322,7 +323,8 @@ def table(summary: dict[str, Any]) -> str:
     if split:
         lines.append(f"of the named ceiling's saving, {split['not_correct']:.0%} lies in turns whose final "
                      f"answer was not correct here and {split['not_better']:.0%} in turns whose correct "
-                     "answer does not beat the job's earlier answers by the loop's margin: the ceiling "
+                     "answer does not beat the job's earlier answers (or the reference) by the loop's "
+                     "margin: the ceiling "
                      "stops those too, the loop ends a turn early only on a correct kernel that beats "
                      f"the ones before it ({split['better']:.0%} lies elsewhere)")
     if r.get("profiled_vs_sequential") is not None:
