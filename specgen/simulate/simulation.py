@@ -149,6 +149,9 @@ class SimJob:
         self.validated_during = 0
         self.profiled_during = 0
         self.best_fp: str | None = None
+        # Each answer's feedback: extracted -> the verdict that ends its evaluation (validation
+        # when it is not correct, else profiling): what the loop's next turn waits for.
+        self.answer_feedback: list[float] = []
 
     # -- iterations -----------------------------------------------------------------------
     def start_iteration(self) -> None:
@@ -290,6 +293,14 @@ class SimJob:
             earlier = self.by_fp[fp]
             if origin == "final" and earlier in self.open.get(self.candidates[earlier]["iteration"], ()):
                 self.answers[self.iteration].add(earlier)
+            if origin == "final":
+                # An answer the job already submitted (as a draft, say): its feedback is the
+                # earlier candidate's, ready now or when that evaluation ends.
+                c = self.candidates[earlier]
+                if "verdict_at" in c:
+                    self.answer_feedback.append(0.0)
+                elif not c.get("final_updates"):          # (a cancelled one gives none)
+                    c.setdefault("answered_at", []).append(self.sim.clock.now())
             return False
         cid = f"c{len(self.candidates)}"
         self.by_fp[fp] = cid
@@ -314,6 +325,10 @@ class SimJob:
         final = upd.cancelled or upd.stage != "validate" or not v.correct
         if final:
             c["final_updates"] = c.get("final_updates", 0) + 1
+            if not upd.cancelled and c["final_updates"] == 1:
+                c["verdict_at"] = self.sim.clock.now()
+                answered = ([c["extracted"]] if c["origin"] == "final" else []) + c.get("answered_at", [])
+                self.answer_feedback += [c["verdict_at"] - t for t in answered]
         if self.finished is not None:
             return
         during = self.reasoning_running(c["iteration"])
@@ -590,7 +605,7 @@ class Simulation:
                  "iterations": j.iteration, "best_program": j.best_fp,
                  "reasoning_tokens": j.turn_tokens, "reasoning_read_tokens": j.read_tokens,
                  "validated": j.validated, "validated_during": j.validated_during,
-                 "profiled_during": j.profiled_during}
+                 "profiled_during": j.profiled_during, "answer_feedback_s": j.answer_feedback}
                 for j in self.done_jobs]
         e2e = sorted(j["end_to_end_s"] for j in jobs)
         return {

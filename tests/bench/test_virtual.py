@@ -188,3 +188,26 @@ def test_the_named_ceilings_saving_is_split_by_what_the_loop_could_stop_on() -> 
     # Answers all correct at the reference's speed: none beats the reference by the margin.
     flat = [{**r, "speedup": 1.0} for r in rows]
     assert named_saving_split(problems, turns, flat) == {"not_correct": 0.0, "not_better": 1.0, "better": 0.0}
+
+
+def test_an_answers_feedback_is_zero_when_a_draft_already_brought_it(tmp_path: Path) -> None:
+    """Each answer's feedback (extracted -> the verdict that ends its evaluation) per job, and its
+    median per mode in the report: an answer the job had already submitted as a draft or a fork
+    waits for nothing more; sequential, which submits answers only, waits for each new one."""
+    measured = Path(__file__).resolve().parents[2] / "tools" / "results" / "bench_virtual_h200.json"
+    out = tmp_path / "b"
+    assert main(["bench", "--clock", "virtual", "--generate", "8", "--turns", "3", "--concurrency", "8",
+                 "--seed", "1", "--devices", ",".join(["cuda:0"] * 8), "--modes", "specgen,sequential",
+                 "--measured", str(measured), "--quiet", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    jobs = [j for j in data["jobs"]]
+    by_mode = {m: [s for j in jobs if j["mode"] == m for s in j["answer_feedback_s"]]
+               for m in ("specgen", "sequential")}
+    # Sequential answers every turn; a new answer waits for its evaluation, a repeated one does not.
+    assert len(by_mode["sequential"]) == 24 and all(s >= 0 for s in by_mode["sequential"])
+    assert any(s > 0 for s in by_mode["sequential"])
+    # Specgen's drafts and forks judged some answers before they were written.
+    zeros = {m: sum(s == 0.0 for s in v) for m, v in by_mode.items()}
+    assert zeros["specgen"] > zeros["sequential"]
+    report = (out / "report.md").read_text()
+    assert "answers' feedback p50 s" in report
