@@ -36,6 +36,7 @@ from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem
 from specgen.traces.extraction import extract_candidate
 from specgen.optimize.fork_models import replayable_fork_models
+from specgen.optimize.termination import BeatsEarlier, JobStanding, VerdictView
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, trace_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
 
@@ -218,11 +219,12 @@ def named_saving_split(problems: list[BenchProblem], turns: list[Any],
     `BeatsEarlier`), so only `better` (and drafts that beat earlier kernels, which the ceiling does
     not count) is open to it. None when the ceiling saves nothing."""
     measured = {(r["problem"], r["program"]): r for r in rows}
+    beats = BeatsEarlier(margin)
     by_turn = iter(turns)
     split = {"not_correct": 0, "not_better": 0, "better": 0}
     for problem in problems:
-        best = 1.0                                   # the reference, until a kernel is timed
-        for it in problem.trace.iterations:
+        bar = 1.0                                    # the reference, until a kernel is timed
+        for index, it in enumerate(problem.trace.iterations):
             turn = next(by_turn)
             saving = turn.total_tokens - turn.named_stop_tokens
             final = extract_candidate(it.final.text, accept_unclosed=True)
@@ -231,8 +233,9 @@ def named_saving_split(problems: list[BenchProblem], turns: list[Any],
                 split["not_correct"] += saving
                 continue
             speedup = row.get("speedup") or 0.0
-            split["better" if speedup >= best * (1.0 + margin) else "not_better"] += saving
-            best = max(best, speedup)
+            stops = beats.check(VerdictView(problem.name, True, speedup), JobStanding(index, bar, bar))
+            split["better" if stops is not None else "not_better"] += saving
+            bar = max(bar, speedup)
     saved = sum(split.values())
     return {k: v / saved for k, v in split.items()} if saved else None
 
@@ -329,9 +332,8 @@ def table(summary: dict[str, Any]) -> str:
         lines.append(f"of the named ceiling's saving, {split['not_correct']:.0%} lies in turns whose final "
                      f"answer was not correct here and {split['not_better']:.0%} in turns whose correct "
                      "answer does not beat the job's earlier answers (or the reference) by the loop's "
-                     "margin: the ceiling "
-                     "stops those too, the loop ends a turn early only on a correct kernel that beats "
-                     f"the ones before it ({split['better']:.0%} lies elsewhere)")
+                     "margin: the ceiling stops those too, the loop ends a turn early only on a correct "
+                     f"kernel that beats the ones before it ({split['better']:.0%} lies elsewhere)")
     if r.get("profiled_vs_sequential") is not None:
         lines.append(f"profiling feedback, specgen / sequential: {r['profiled_vs_sequential']:.2f}x")
     return "\n".join(lines)
