@@ -148,8 +148,11 @@ def corpus_phase(workers: list, device: str, limit: int | None, budget_s: float 
     """Every corpus file judged once against its expectation. Extensions are built first, on
     CPU threads, as a node builds queued candidates while its device judges others: the build
     time is reported apart, and the per-minute figure counts judging only (and, apart, with
-    the builds). With several workers (sharing the device, taking turns to time it) each takes
-    the next problem's files, so a worker keeps that problem's reference."""
+    the builds). With several workers (sharing the device, taking turns to time it) each free
+    worker takes the next file, as the scheduler hands a free worker the next request; the files
+    are queued problem by problem, so consecutive ones often find their problem's reference in
+    the worker. (Handing a worker a whole problem's files at once left the largest group, 40 of
+    the 133 files, to one worker while the others idled.)"""
     from tests.eval.conftest import candidate_submission
     from tests.eval.expectations import meets
 
@@ -167,7 +170,7 @@ def corpus_phase(workers: list, device: str, limit: int | None, budget_s: float 
         except Exception:  # noqa: BLE001 - reported as a row below
             name = ""
         groups.setdefault(name, []).append(entry)
-    queue = list(groups.values())
+    queue = [entry for group in groups.values() for entry in group]
     lock = threading.Lock()
     rows: list[dict] = []
     began = time.monotonic()
@@ -177,30 +180,29 @@ def corpus_phase(workers: list, device: str, limit: int | None, budget_s: float 
             with lock:
                 if not queue:
                     return
-                group = queue.pop(0)
-            for path, role, expect in group:
-                if budget_s and time.monotonic() - began > budget_s:
-                    return
-                try:
-                    sub = candidate_submission(path)
-                except Exception as exc:  # noqa: BLE001 - a file this tree's loader refuses
-                    with lock:
-                        rows.append({"file": f"{path.parent.name}/{path.name}", "role": role,
-                                     "ok": False, "why": f"not submitted: {exc}", "wall_s": 0.0})
-                    continue
-                start = time.monotonic()
-                verdict = worker.run(sub, "full")
-                wall = time.monotonic() - start
-                ok, why = meets(verdict, expect)
-                row = {"file": f"{path.parent.name}/{path.name}", "role": role, "expect": expect,
-                       "ok": ok, "why": why, "correct": verdict.correct,
-                       "speedup": verdict.speedup, "error": (verdict.error or "")[:300],
-                       "flags": verdict.flags[:3], "wall_s": round(wall, 3),
-                       "stage_s": verdict.stage_seconds}
+                path, role, expect = queue.pop(0)
+            if budget_s and time.monotonic() - began > budget_s:
+                return
+            try:
+                sub = candidate_submission(path)
+            except Exception as exc:  # noqa: BLE001 - a file this tree's loader refuses
                 with lock:
-                    rows.append(row)
-                print(f"  {'ok ' if ok else 'MISS'} {row['file']:60} {wall:6.2f} s "
-                      f"{'' if ok else why[:160]}", flush=True)
+                    rows.append({"file": f"{path.parent.name}/{path.name}", "role": role,
+                                 "ok": False, "why": f"not submitted: {exc}", "wall_s": 0.0})
+                continue
+            start = time.monotonic()
+            verdict = worker.run(sub, "full")
+            wall = time.monotonic() - start
+            ok, why = meets(verdict, expect)
+            row = {"file": f"{path.parent.name}/{path.name}", "role": role, "expect": expect,
+                   "ok": ok, "why": why, "correct": verdict.correct,
+                   "speedup": verdict.speedup, "error": (verdict.error or "")[:300],
+                   "flags": verdict.flags[:3], "wall_s": round(wall, 3),
+                   "stage_s": verdict.stage_seconds}
+            with lock:
+                rows.append(row)
+            print(f"  {'ok ' if ok else 'MISS'} {row['file']:60} {wall:6.2f} s "
+                  f"{'' if ok else why[:160]}", flush=True)
 
     with ThreadPoolExecutor(max_workers=len(workers)) as pool:
         list(pool.map(judge_all, workers))

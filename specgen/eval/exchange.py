@@ -55,8 +55,13 @@ class Exchange:
     def ask(self, runner: Runner, message: Any, expect: type, fds: tuple[int, ...] = ()) -> Any:
         """Send one request and return its reply, or stop: the verdict says why (and whose)."""
         with self.turn(candidate=runner is self.candidate):
+            began = time.perf_counter()
             received, why = runner.request(message, self.deadline, self.timeout_setting(),
                                            self.cancelled, fds)
+            # Where a verdict's time goes, per runner and request ("reference Compare").
+            key = f"{runner.role} {type(message).__name__}"
+            seconds = self.findings.seconds
+            seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - began
         if received is None:
             self.no_reply(runner, why)
         if not isinstance(received.message, expect):

@@ -9,12 +9,34 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 
 from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
-from specgen.messages import Compare, Compared, EvalOptions, OutputMeta, Ship, Shipped, Trial, TrialDone
+from specgen.messages import (Compare, Compared, EvalOptions, OutputMeta, OutputSlot, Ship, Shipped,
+                              Trial, TrialDone)
 
 DIGEST_SIGMAS = 6.0             # a right output's digest misses by more than this < 3e-8 of the time
+
+
+@dataclass
+class Shipment:
+    """A timed call's output in a buffer of the judge's, waiting for its full comparison."""
+
+    trial: Trial
+    slots: list[OutputSlot]
+    fd: int
+    what: str
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _slots_size(outputs: list[OutputMeta]) -> int:
+    """Bytes of a buffer that holds the tensors of `outputs`, each at a 64-byte boundary."""
+    return sum((m.nbytes + 63) // 64 * 64 for m in outputs if m.kind == "tensor")
 
 
 def _memfd(size: int) -> int:
@@ -25,6 +47,14 @@ def _memfd(size: int) -> int:
     os.ftruncate(fd, max(size, 1))
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     return fd
+
+
+def same_digests(a: list[float], b: list[float]) -> bool:
+    """Digests of the same values: equal but for the order of the float64 sum, which on a GPU
+    changes from one digest to the next (blocks add their parts atomically), so never compared
+    with `==`."""
+    return len(a) == len(b) and all(math.isfinite(x) and abs(x - y) <= 1e-9 * (abs(y) + 1.0)
+                                    for x, y in zip(a, b))
 
 
 def digest_bound(tol_norm: float, ref_error_norm: float, reference: float) -> float:
@@ -96,29 +126,36 @@ class OutputChecks:
                 findings.flag(f"tensor-subclass: returned a tensor subclass on {what}")
         return done
 
+    def ship(self, trial: Trial, what: str, fd: int) -> list[OutputSlot]:
+        """The candidate's output of `trial` (its last call) copied into the buffer `fd`."""
+        shipped: Shipped = self.exchange.ask(self.exchange.candidate, Ship(index=trial.index),
+                                             Shipped, (fd,)).message
+        if shipped.error:
+            self.findings.fail(f"the candidate's output could not be read ({what}): {shipped.error}")
+            raise Stop
+        return shipped.slots
+
+    def compare(self, trial: Trial, slots: list[OutputSlot], fd: int, what: str) -> Compared:
+        """The reference's comparison of the output shipped into `fd` with its accurate value."""
+        compared: Compared = self.exchange.ask(
+            self.exchange.reference, Compare(trial=trial, slots=slots, atol=self.options.atol,
+                                             rtol=self.options.rtol), Compared, (fd,)).message
+        if compared.problem_error:
+            self.findings.fail(f"{compared.problem_error} ({what}; the reference, not the candidate)")
+            raise Stop
+        return compared
+
     def checked(self, trial: Trial, what: str, mismatch_flag: str | None = None) -> bool:
         """Run `trial` on the candidate, compare its whole output with the reference's accurate
         value and its digest with the reference's. False (and the verdict says why, or the flag
         `mismatch_flag` when given, also for a call that raised) when they differ."""
-        findings, exchange = self.findings, self.exchange
+        findings = self.findings
         code = mismatch_flag.split(":", 1)[0] if mismatch_flag else None
         done = self.call(trial, what, error_flag=code)
         if done is None:
             return False
-        tensors = [m for m in done.outputs if m.kind == "tensor"]
-        slots_size = sum((m.nbytes + 63) // 64 * 64 for m in tensors)
-        buffer = self.buffer(slots_size)
-        shipped: Shipped = exchange.ask(exchange.candidate, Ship(index=trial.index), Shipped,
-                                        (buffer,)).message
-        if shipped.error:
-            findings.fail(f"the candidate's output could not be read ({what}): {shipped.error}")
-            raise Stop
-        compared: Compared = exchange.ask(
-            exchange.reference, Compare(trial=trial, slots=shipped.slots, atol=self.options.atol,
-                                        rtol=self.options.rtol), Compared, (buffer,)).message
-        if compared.problem_error:
-            findings.fail(f"{compared.problem_error} ({what}; the reference, not the candidate)")
-            raise Stop
+        buffer = self.buffer(_slots_size(done.outputs))
+        compared = self.compare(trial, self.ship(trial, what, buffer), buffer, what)
         if compared.accurate and not any(n.startswith("accurate reference") for n in findings.notes):
             findings.notes.append(f"accurate reference: {compared.accurate}")
         findings.comparison(compared.max_abs, compared.max_rel)
@@ -131,8 +168,9 @@ class OutputChecks:
         if reason is None:
             if not trial.shape and not trial.refill_seed:
                 self._keep_ref_error(compared.ref_error_norms)
-            self.reference_mutates = self.reference_mutates or compared.reference_mutates
-            if not compared.reference_mutates and trial.refill_seed is None:
+            mutates = not same_digests(compared.pristine_digests, compared.input_digests)
+            self.reference_mutates = self.reference_mutates or mutates
+            if not mutates and trial.refill_seed is None:
                 self.inputs_unchanged(done.input_digests, compared.input_digests, what)
             return True
         if mismatch_flag is None:
@@ -141,26 +179,26 @@ class OutputChecks:
         findings.flag(f"{mismatch_flag} ({reason})")
         return False
 
-    def check_last(self, trial: Trial, what: str) -> None:
-        """The output of the timed call just made, compared in full (chosen unpredictably)."""
-        findings, exchange = self.findings, self.exchange
-        # The candidate still holds it: ship it and let the reference compare.
-        received, why = exchange.candidate.request(Ship(index=trial.index), exchange.deadline,
-                                                   "EvalOptions.timeout_s", exchange.cancelled,
-                                                   (self.buffer(self._buffer_size),))
-        if received is None or not isinstance(received.message, Shipped) or received.message.error:
-            findings.fail(f"the candidate's output could not be read ({what}): "
-                          f"{why or getattr(received.message, 'error', '')}")
-            raise Stop
-        compared: Compared = exchange.ask(
-            exchange.reference, Compare(trial=trial, slots=received.message.slots,
-                                        atol=self.options.atol, rtol=self.options.rtol),
-            Compared, (self.buffer(self._buffer_size),)).message
-        if compared.problem_error:
-            findings.fail(f"{compared.problem_error} ({what}; the reference, not the candidate)")
-            raise Stop
+    def ship_timed(self, trial: Trial, done: TrialDone, what: str) -> "Shipment":
+        """The output of the timed call just made (picked unpredictably), copied into a buffer of
+        its own: it is compared after the timing (`compare_shipped`), so that the comparison's
+        work runs beside other workers' requests, not inside this worker's exclusive turn.
+
+        The comparison proves what a full comparison always proves (docs/evaluation.md): that
+        the candidate's process could produce the right output for these inputs; that the
+        timed call returned it rests on its digest, checked already."""
+        fd = _memfd(_slots_size(done.outputs))
+        try:
+            return Shipment(trial, self.ship(trial, what, fd), fd, what)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def compare_shipped(self, shipment: "Shipment") -> None:
+        compared = self.compare(shipment.trial, shipment.slots, shipment.fd, shipment.what)
+        shipment.close()
         if not compared.ok:
-            findings.fail(f"{compared.reason} ({what})")
+            self.findings.fail(f"{compared.reason} ({shipment.what})")
             raise Stop
 
     # ------------------------------------------------------------------ the comparisons
@@ -192,11 +230,8 @@ class OutputChecks:
         return None
 
     def inputs_unchanged(self, cand: list[float], ref: list[float], what: str) -> None:
-        """The call left its inputs as the reference's call leaves them (both digested alike on
-        the same values: equal to the last bits but for the order of the sum)."""
-        if len(cand) != len(ref) or any(
-                not math.isfinite(c) or abs(c - r) > 1e-9 * (abs(r) + 1.0)
-                for c, r in zip(cand, ref)):
+        """The call left its inputs as the reference's call leaves them."""
+        if not same_digests(cand, ref):
             self.findings.flag(f"mutated-inputs: the call changed its input tensors on {what}, which "
                                "the problem's Model does not do")
 

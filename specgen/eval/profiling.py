@@ -16,7 +16,7 @@ from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
 from specgen.eval.floor import floor_ms
 from specgen.eval.inputs import Inputs
-from specgen.eval.output_checks import OutputChecks
+from specgen.eval.output_checks import OutputChecks, Shipment
 from specgen.eval.timing import MIN_MS, TimingStats, net, summarize
 from specgen.messages import EvalOptions, ProblemLoaded, RefTiming, RunnerReady, Trial, TrialDone
 
@@ -146,53 +146,79 @@ class Profiler:
     # ------------------------------------------------------------------ the candidate
     def profile(self, cuda: bool, ref_error_norms: list[float]) -> None:
         """Time the candidate (its reference timing measured or cached already) and write the
-        times and the speedup into the verdict. `ref_error_norms`: the reference's own error."""
-        with self.exchange.turn(exclusive=True):
-            self._profile_in_turn(cuda, ref_error_norms)
+        times and the speedup into the verdict. `ref_error_norms`: the reference's own error.
 
-    def _profile_in_turn(self, cuda: bool, ref_error_norms: list[float]) -> None:
-        options, findings, verdict = self.options, self.findings, self.findings.verdict
-        exchange, checks = self.exchange, self.checks
-        count = options.warmup + options.timing_trials
+        Only the timed calls and what is timed beside them hold the GPU's exclusive turn
+        (eval/device_turns.py): the reference's digests of those calls are made before it and
+        the full comparisons of the calls picked for one after it, so that other workers sharing
+        the GPU wait for the timing alone."""
+        findings, checks = self.findings, self.checks
         # The reference's digests of the candidate's timed calls, made now (untimed): the
         # reference answers these without waiting for another request, so that it sleeps, not
         # spins, while the candidate is timed.
         with findings.timed("pool"):
-            pool = self._pool(count)
-        with findings.timed("timing"):
-            checked = self.inputs.pick(range(options.warmup, count),
-                                       min(options.checked_timed_trials, options.timing_trials))
-            samples, nothing, beside = [], [], []
-            after_warmup = range(options.warmup, count)
-            step = max(1, -(-len(after_warmup) // max(options.ref_beside_trials, 1)))
-            ref_indices = set(after_warmup[::step]) if options.ref_beside_trials > 0 else set()
-            for index, pooled in enumerate(pool):
-                done, ms = exchange.timed(exchange.candidate, pooled.trial)
-                what = f"timed call {index}"
-                if done.error:
-                    findings.fail(f"{done.error} ({what})")
-                    raise Stop
-                checks.launches += done.launches
-                reason = checks.digests_differ(done.digests, pooled.digests, pooled.tol_norms,
-                                               [2 * e for e in ref_error_norms], what)
-                if reason is not None:
-                    findings.fail(f"{reason} ({what}: its digest, read as the call returned, is not "
-                                  "the reference's)")
-                    raise Stop
-                if not checks.reference_mutates:
-                    checks.inputs_unchanged(done.input_digests, pooled.input_digests, what)
-                if index in checked:
-                    checks.check_last(pooled.trial, what)
-                # A call of nothing in the reference runner after each timed call: the overhead
-                # the candidate's times include, measured beside them, where the candidate's
-                # process cannot slow it down.
-                idle = self.nothing()
-                if index >= options.warmup:
-                    samples.append(ms)
-                    nothing.append(idle)
-                if index in ref_indices:
-                    beside.append(self._reference_call())
-            overhead, self.resolution_ms = self.overhead_of(nothing)
+            pool = self._pool(self.options.warmup + self.options.timing_trials)
+        shipments: list[Shipment] = []
+        try:
+            with self.exchange.turn(exclusive=True), findings.timed("timing"):
+                samples, overhead, beside = self._timed_calls(pool, ref_error_norms, shipments)
+            with findings.timed("timed_checks"):
+                for shipment in shipments:
+                    checks.compare_shipped(shipment)
+        finally:
+            for shipment in shipments:
+                shipment.close()
+        self._write_times(cuda, samples, overhead, beside)
+
+    def _timed_calls(self, pool: list[_Pooled], ref_error_norms: list[float],
+                     shipments: list[Shipment]) -> tuple[list[float], float, list[float]]:
+        """The candidate's timed calls on the pooled trials, each followed by a call of nothing,
+        and the reference's calls beside them: (samples, overhead, reference's samples) in ms.
+        The outputs of the calls picked for a full comparison are shipped into `shipments`."""
+        options, findings = self.options, self.findings
+        exchange, checks = self.exchange, self.checks
+        count = len(pool)
+        checked = self.inputs.pick(range(options.warmup, count),
+                                   min(options.checked_timed_trials, options.timing_trials))
+        samples: list[float] = []
+        nothing: list[float] = []
+        beside: list[float] = []
+        after_warmup = range(options.warmup, count)
+        step = max(1, -(-len(after_warmup) // max(options.ref_beside_trials, 1)))
+        ref_indices = set(after_warmup[::step]) if options.ref_beside_trials > 0 else set()
+        for index, pooled in enumerate(pool):
+            done, ms = exchange.timed(exchange.candidate, pooled.trial)
+            what = f"timed call {index}"
+            if done.error:
+                findings.fail(f"{done.error} ({what})")
+                raise Stop
+            checks.launches += done.launches
+            reason = checks.digests_differ(done.digests, pooled.digests, pooled.tol_norms,
+                                           [2 * e for e in ref_error_norms], what)
+            if reason is not None:
+                findings.fail(f"{reason} ({what}: its digest, read as the call returned, is not "
+                              "the reference's)")
+                raise Stop
+            if not checks.reference_mutates:
+                checks.inputs_unchanged(done.input_digests, pooled.input_digests, what)
+            if index in checked:
+                shipments.append(checks.ship_timed(pooled.trial, done, what))
+            # A call of nothing in the reference runner after each timed call: the overhead
+            # the candidate's times include, measured beside them, where the candidate's
+            # process cannot slow it down.
+            idle = self.nothing()
+            if index >= options.warmup:
+                samples.append(ms)
+                nothing.append(idle)
+            if index in ref_indices:
+                beside.append(self._reference_call())
+        overhead, self.resolution_ms = self.overhead_of(nothing)
+        return samples, overhead, beside
+
+    def _write_times(self, cuda: bool, samples: list[float], overhead: float,
+                     beside: list[float]) -> None:
+        """The verdict's times and speedup from the timed calls (see "Timing" in the docs)."""
+        options, findings, verdict = self.options, self.findings, self.findings.verdict
         ref = self.ref_timing
         # Capped at what the calls of nothing took beside the reference's own timing, when no
         # candidate code existed: a candidate that keeps the host or the GPU busy between its

@@ -253,7 +253,7 @@ class ReferenceRole:
                             tol_norms=result.tol_norms, ref_error_norms=result.ref_error_norms,
                             accurate=self.accurate.how, outputs=output_meta(ref),
                             half_ok=result.half_ok, input_digests=after,
-                            reference_mutates=after != pristine)
+                            pristine_digests=pristine)
         finally:
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()

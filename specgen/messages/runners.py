@@ -252,7 +252,7 @@ class Compared(msgspec.Struct, kw_only=True, tag="compared", omit_defaults=True)
     outputs: list[OutputMeta] = []          # the reference's outputs
     half_ok: bool = False                   # the candidate passes at float16's tolerance
     input_digests: list[float] = []         # the reference's input tensors' digests after its call
-    reference_mutates: bool = False         # its call changed its inputs (then so may the candidate's)
+    pristine_digests: list[float] = []      # and before it (the judge decides whether it mutates)
 
 
 class ParamsSet(msgspec.Struct, kw_only=True, tag="params_set"):
