@@ -237,8 +237,9 @@ def measure(args: argparse.Namespace) -> dict:
     options = EvalOptions(timeout_s=args.timeout_s, cache_dir=str(work / "cache"))
     result: dict = {"code": str(Path(specgen.__file__).resolve().parents[1]), "device": args.device}
     began = time.monotonic()
-    workers = [EvalWorker(args.device, work / f"w{i}", spare_processes=1, options=options)
-               for i in range(args.workers)]
+    sharers = args.workers if args.device.startswith("cuda") else 1
+    workers = [EvalWorker(args.device, work / f"w{i}", spare_processes=1, options=options,
+                          gpu_sharers=sharers) for i in range(args.workers)]
     with contextlib.ExitStack() as stack:
         for w in workers:
             stack.enter_context(w)

@@ -89,13 +89,20 @@ class EvalWorker:
 
     def __init__(self, device: str = "cpu", work_dir: Path | str = ".specgen-eval",
                  spare_processes: int = 1, options: EvalOptions | None = None,
-                 name: str | None = None, hidden_paths: Sequence[str | Path] = ()) -> None:
+                 name: str | None = None, hidden_paths: Sequence[str | Path] = (),
+                 gpu_sharers: int = 1) -> None:
         """`hidden_paths`: directories candidates must not see even where the sandbox's view
-        would show them (the runtime adds its socket directories)."""
+        would show them (the runtime adds its socket directories). `gpu_sharers`: how many
+        workers share this worker's GPU, itself included; each gets that share of
+        `gpu_memory_fraction`, so that a candidate hoarding device memory (a memo of every output
+        it returned) runs out of its own share instead of failing its neighbours' honest
+        candidates with out-of-memory errors."""
         if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise UsageError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
         if spare_processes < 0:
             raise UsageError(f"spare_processes must be >= 0, got {spare_processes}")
+        if gpu_sharers < 1:
+            raise UsageError(f"gpu_sharers must be >= 1, got {gpu_sharers}")
         self.device = device
         self.work_dir = Path(work_dir).resolve()
         self.spare_processes = spare_processes
@@ -106,7 +113,9 @@ class EvalWorker:
         self.cache_dir = Path(options.cache_dir).resolve() if options.cache_dir \
             else self.work_dir / "cache"
         # Runners read the cache from the options (they get it with each request).
-        self.options = msgspec.structs.replace(options, cache_dir=str(self.cache_dir))
+        self.options = msgspec.structs.replace(
+            options, cache_dir=str(self.cache_dir),
+            gpu_memory_fraction=options.gpu_memory_fraction / gpu_sharers)
         self.hidden_paths = [str(Path(p).resolve()) for p in hidden_paths]
         self.sandbox_status = SandboxStatus(sandbox.NONE, "not started")
         self.name = name or f"{os.uname().nodename}/{device}"

@@ -154,10 +154,16 @@ class NodeActor:
         self.inbox.put(("exited", child, code))
 
     # -- supervision (main thread only: PR_SET_PDEATHSIG is tied to the thread that forks) ----
+    def worker_config(self, slot: WorkerSlot) -> WorkerConfig:
+        # Workers sharing a GPU split its memory (EvalWorker's gpu_sharers).
+        sharers = sum(s.device == slot.device for s in self.slots.values()) if slot.device != "cpu" else 1
+        return WorkerConfig(name=slot.name, node=self.name, device=slot.device, scheduler=self.scheduler,
+                            node_notices=self.notices_address, evaluator=self.evaluator,
+                            work_dir=str(self.work_dir / slot.name.replace("/", "_")),
+                            gpu_sharers=sharers)
+
     def _start(self, slot: WorkerSlot) -> None:
-        config = WorkerConfig(name=slot.name, node=self.name, device=slot.device, scheduler=self.scheduler,
-                              node_notices=self.notices_address, evaluator=self.evaluator,
-                              work_dir=str(self.work_dir / slot.name.replace("/", "_")))
+        config = self.worker_config(slot)
         env = {CONFIG_ENV: msgspec.json.encode(config).decode(), SETTINGS_ENV: self.settings.to_env()}
         # The worker's own credential (it admits that one worker only) and the CURVE keys go
         # through its secrets pipe: its environment is what its runners inherit.

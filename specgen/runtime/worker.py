@@ -57,6 +57,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     node_notices: str = ""                  # the node's PULL address for READY/DEAD ("" = none)
     work_dir: str                           # scratch space of the evaluation service
     evaluator: str = "eval"                 # "eval" | "replay" | "replay:RECORDING.json"
+    gpu_sharers: int = 1                    # workers on this worker's GPU, itself included
 
 
 class Evaluator(Protocol):
@@ -78,7 +79,7 @@ def build_evaluator(config: WorkerConfig, settings: RuntimeSettings) -> Evaluato
                   if a.startswith("ipc://")]
         return EvalWorker(device=config.device, work_dir=Path(config.work_dir),
                           spare_processes=settings.spare_processes, options=options,
-                          name=config.name, hidden_paths=hidden)
+                          name=config.name, hidden_paths=hidden, gpu_sharers=config.gpu_sharers)
     if config.evaluator == "replay" or config.evaluator.startswith("replay:"):
         from specgen.runtime.replay_evaluator import ReplayEvaluator
 

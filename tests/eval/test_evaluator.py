@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specgen.errors import UsageError
 from specgen.eval import EvalOptions, EvalWorker
 from tests.eval.conftest import BUNDLED, HERE, codes, concealed, submission
 
@@ -161,3 +162,13 @@ def test_noisy_candidates_do_not_break_the_protocol(cpu_worker: EvalWorker) -> N
                          "        return torch.softmax(x, dim=-1)", "import sys")
     verdict = cpu_worker.run(submission("softmax", noisy), "validate")
     assert verdict.correct, verdict
+
+
+def test_workers_sharing_a_gpu_split_its_memory(tmp_path) -> None:
+    """Four workers on one GPU: each runner's allocator may take a quarter of what one alone may,
+    so that a candidate hoarding device memory runs out of its own share, not its neighbours'."""
+    alone = EvalWorker("cuda:0", tmp_path / "a")
+    shared = EvalWorker("cuda:0", tmp_path / "b", gpu_sharers=4)
+    assert shared.options.gpu_memory_fraction == pytest.approx(alone.options.gpu_memory_fraction / 4)
+    with pytest.raises(UsageError, match="gpu_sharers"):
+        EvalWorker("cuda:0", tmp_path / "c", gpu_sharers=0)

@@ -5,6 +5,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,7 @@ def test_a_gpu_named_several_times_gets_one_worker_each() -> None:
     node.init_slots(["cuda:0", "cuda:0", "cuda:1"])
     assert sorted(node.slots) == ["n/gpu0.0", "n/gpu0.1", "n/gpu1"]
     assert [s.device for s in node.slots.values()] == ["cuda:0", "cuda:0", "cuda:1"]
+    # The two on GPU 0 split its memory; the one on GPU 1 has it to itself.
+    node.scheduler, node.notices_address, node.evaluator = "ipc:///x", "ipc:///y", "eval"
+    node.work_dir = Path("/tmp/w")
+    assert [node.worker_config(s).gpu_sharers for s in node.slots.values()] == [2, 2, 1]
