@@ -21,6 +21,9 @@ from specgen.eval.timing import MIN_MS, TimingStats, net, summarize
 from specgen.messages import EvalOptions, ProblemLoaded, RefTiming, RunnerReady, Trial, TrialDone
 
 
+FLOOR_MARGIN = 0.5          # beyond-floor: under this share of the physical floor
+
+
 class _ReferenceFailed(Exception):
     pass
 
@@ -262,10 +265,13 @@ class Profiler:
             self.findings.notes.append(f"floor check skipped: no peak figures for {device_name}")
             return
         self.findings.verdict.floor_ms = floor
-        # Below the floor by more than the judge resolves: a time within the calls of nothing's
-        # spread of the floor may be the subtraction's noise, not a cheat.
-        if candidate_ms + resolution_ms < floor:
-            self.findings.flag(f"beyond-floor: {candidate_ms:.4f} ms is below the physical floor "
+        # Below half the floor by more than the judge resolves. The subtracted overhead is
+        # measured in the reference's process, not the candidate's, and the two differ by more
+        # than the calls of nothing's spread: an honest Triton sum over 1 GB read 0.169 ms against
+        # a floor of 0.306 ms on an H100 shared by four workers. Work skipped is caught by the
+        # digests; this flag is for times no device of the kind reaches.
+        if candidate_ms + resolution_ms < FLOOR_MARGIN * floor:
+            self.findings.flag(f"beyond-floor: {candidate_ms:.4f} ms is below half the physical floor "
                                f"{floor:.4f} ms ({loaded.input_bytes + loaded.param_bytes} bytes"
                                + (f", {loaded.flops} flops" if loaded.flops else "")
                                + f" on {device_name})")
