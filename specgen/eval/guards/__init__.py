@@ -66,7 +66,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard("output_checks:OutputChecks.inputs_unchanged", "mutated-inputs",
           "inputs zeroed or overwritten (a reference run on the same tensors would agree; a "
           "caller's data is clobbered): every call's inputs are digested after it"),
-    Guard("output_checks:OutputChecks.check_last", "",
+    Guard("output_checks:OutputChecks.ship_timed", "",
           "behaving only until timed: timed calls' digests, and some timed outputs compared in "
           "full, chosen after the call"),
     Guard("probes:Probes._memo_probe", "memoized",
