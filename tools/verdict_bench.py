@@ -257,6 +257,8 @@ def measure(args: argparse.Namespace) -> dict:
         if "corpus" in args.phases:
             print(f"corpus ({result['code']}):", flush=True)
             result["corpus"] = corpus_phase(workers, args.device, args.limit, args.budget_s)
+        ready = worker.ready_info
+        result["device_name"] = ready.device_name if ready is not None else None
     if "cost" in args.phases and args.device.startswith("cuda") and args.json is None:
         # The same candidates timed in a process of their own, three ways (tools/call_times.py):
         # how the judge's time of a call relates to the GPU's, for this tree's verdicts.
@@ -277,7 +279,10 @@ def _fmt(value, digits: int = 2) -> str:
 
 
 def report(results: dict[str, dict], args: argparse.Namespace) -> str:
-    lines = [f"# verdict bench, {time.strftime('%Y-%m-%d')}, device {args.device}", ""]
+    # The device as its runners saw it (the GPU's or CPU's name), not only as it was asked for.
+    seen = sorted({r.get("device_name") or "?" for r in results.values()})
+    lines = [f"# verdict bench, {time.strftime('%Y-%m-%d')}, device {args.device} "
+             f"({', '.join(seen)}), {args.workers} worker(s) in the corpus phase", ""]
     names = list(results)
     lines += ["| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
 

