@@ -75,6 +75,24 @@ class Received:
         self.sender_pid = sender_pid    # the sender's pid in the receiver's namespace, if asked
 
 
+class _Partial:
+    """The packets of one message received so far, with what came with them."""
+
+    __slots__ = ("parts", "fds", "stamp", "pid", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.fds: list[int] = []
+        self.stamp: int | None = None
+        self.pid: int | None = None
+        self.size = 0
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
 class Channel:
     """One end. `role="judge"` decodes replies and timestamps them; `role="runner"` decodes
     requests. Not thread-safe: one thread sends, one receives (they may differ)."""
@@ -83,6 +101,7 @@ class Channel:
         self.sock = sock
         self.role = role
         self._decoder = _reply_decoder if role == "judge" else _request_decoder
+        self._partial: _Partial | None = None    # a message whose later packets are still due
         if role == "judge":
             sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
 
@@ -90,6 +109,9 @@ class Channel:
         return self.sock.fileno()
 
     def close(self) -> None:
+        if self._partial is not None:
+            self._partial.close()
+            self._partial = None
         try:
             self.sock.close()
         except OSError:
@@ -131,42 +153,45 @@ class Channel:
     def recv(self, deadline: float | None = None, spin_s: float = 0.0) -> Received | None:
         """The next message, or None at `deadline` (time.monotonic()). `spin_s`: poll without
         sleeping for that long first (a runner waiting for its next timed call: waking from a
-        blocking read costs tens of microseconds, and a candidate could spin to avoid it)."""
-        parts: list[bytes] = []
-        fds: list[int] = []
-        stamp = pid = None
-        size = 0
+        blocking read costs tens of microseconds, and a candidate could spin to avoid it).
+
+        A deadline that falls between the packets of one message keeps those read so far: the
+        next call goes on with that message rather than taking its middle for a new one (a judge
+        polls a runner in short deadlines while a large reply, a built library, arrives)."""
+        partial = self._partial or _Partial()
+        self._partial = None
         spin_until = time.monotonic() + spin_s if spin_s > 0 else 0.0
         while True:
-            packet = self._packet(deadline, spin_until)
+            try:
+                packet = self._packet(deadline, spin_until)
+            except BaseException:
+                partial.close()
+                raise
             if packet is None:
-                for fd in fds:
-                    os.close(fd)
+                if partial.parts:
+                    self._partial = partial
                 return None
             data, more, got_fds, got_stamp, got_pid = packet
-            fds += got_fds
-            stamp = got_stamp if got_stamp is not None else stamp
-            pid = got_pid if got_pid is not None else pid
-            size += len(data)
-            if size > MAX_MESSAGE:
-                for fd in fds:
-                    os.close(fd)
+            partial.fds += got_fds
+            partial.stamp = got_stamp if got_stamp is not None else partial.stamp
+            partial.pid = got_pid if got_pid is not None else partial.pid
+            partial.size += len(data)
+            if partial.size > MAX_MESSAGE:
+                partial.close()
                 raise FrameError(f"message exceeds {MAX_MESSAGE} bytes")
-            parts.append(data)
+            partial.parts.append(data)
             if not more:
                 break
         try:
-            message = self._decoder.decode(b"".join(parts))
+            message = self._decoder.decode(b"".join(partial.parts))
         except msgspec.DecodeError as exc:   # ValidationError is one too
-            for fd in fds:
-                os.close(fd)
+            partial.close()
             raise FrameError(f"bad message from the {'runner' if self.role == 'judge' else 'judge'}: "
                              f"{exc}") from None
         except RecursionError:
-            for fd in fds:
-                os.close(fd)
+            partial.close()
             raise FrameError("bad message: nested too deeply") from None
-        return Received(message, fds, stamp, pid)
+        return Received(message, partial.fds, partial.stamp, partial.pid)
 
     def _packet(self, deadline: float | None, spin_until: float
                 ) -> tuple[bytes, bool, list[int], int | None, int | None] | None:

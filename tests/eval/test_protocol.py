@@ -51,6 +51,24 @@ def test_long_messages_travel_as_several_packets() -> None:
     assert runner.recv(time.monotonic() + 5).message == big
 
 
+def test_a_deadline_between_the_packets_of_a_message_loses_none_of_it() -> None:
+    # A judge polls a runner in short deadlines; a long reply (a built library) whose later packets
+    # come after one of them must still arrive whole, not be read from its middle.
+    import msgspec
+
+    judge, runner = pair()
+    done = TrialDone(index=1, error="y" * (2 * PACKET + 5))
+    data = msgspec.msgpack.encode(done)
+    first, rest = data[:PACKET], data[PACKET:]
+    runner.sock.send(b"\x01" + first)                       # one packet, more to follow
+    assert judge.recv(time.monotonic() + 0.05) is None       # the deadline falls mid-message
+    runner.sock.send(b"\x01" + rest[:PACKET])
+    runner.sock.send(b"\x00" + rest[PACKET:])
+    assert judge.recv(time.monotonic() + 5).message == done
+    runner.send(TrialDone(index=2))
+    assert judge.recv(time.monotonic() + 5).message == TrialDone(index=2)
+
+
 def test_file_descriptors_come_with_their_message() -> None:
     judge, runner = pair()
     read_fd, write_fd = os.pipe()
