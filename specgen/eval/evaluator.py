@@ -33,6 +33,7 @@ from specgen.errors import UsageError
 from specgen.eval import runner_process, sandbox
 from specgen.eval.builds import Builds
 from specgen.eval.device_turns import DeviceTurns
+from specgen.eval.output_buffers import OutputBuffers
 from specgen.eval.inputs import new_init_seed
 from specgen.eval.judge import Judge, ProblemState
 from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_text, problem_from_text
@@ -134,6 +135,7 @@ class EvalWorker:
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
         self._turns: DeviceTurns | None = None
+        self._buffers = OutputBuffers()
         self._builds = Builds(self.cache_dir, self.options, self._fork)
         self.evaluated = 0
 
@@ -145,6 +147,7 @@ class EvalWorker:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._ref_cache = RefTimingCache(self.cache_dir)
         self._turns = DeviceTurns(self.device)
+        self._buffers = OutputBuffers()
         if self.options.sandbox != "off" and sandbox.outer_uid() is not None:
             # Runners are other users: they read the cache (libraries this worker published)
             # through a read-only view, so its top folder must let others in (a mkdtemp'd or
@@ -227,6 +230,7 @@ class EvalWorker:
         turns, self._turns = self._turns, None
         if turns is not None:
             turns.close()
+        self._buffers.close()
 
     def __enter__(self) -> "EvalWorker":
         self.start()
@@ -419,7 +423,8 @@ class EvalWorker:
                            stage_seconds=seconds)
         self._track(reference.runner)
         judge = Judge(self.options, self.device, reference.runner, runner, reference.state,
-                      candidate, ref_timing, build, self._cancelled, self._turns)
+                      candidate, ref_timing, build, self._cancelled, self._turns,
+                      self._buffers, submission.job_id)
         try:
             verdict = judge.run(stage)
         except RunnerError as exc:

@@ -29,6 +29,7 @@ from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
 from specgen.eval.inputs import Inputs
 from specgen.eval.loader import CandidateSource, ProblemSource
+from specgen.eval.output_buffers import OutputBuffers
 from specgen.eval.output_checks import OutputChecks
 from specgen.eval.probes import Probes
 from specgen.eval.profiling import Profiler
@@ -54,7 +55,8 @@ class Judge:
     def __init__(self, options: EvalOptions, device: str, reference: Runner, candidate: Runner,
                  problem: ProblemState, candidate_source: CandidateSource,
                  ref_timing: RefTiming | None, build: BuildResult | None,
-                 cancelled: Callable[[], bool], turns: DeviceTurns | None = None) -> None:
+                 cancelled: Callable[[], bool], turns: DeviceTurns | None = None,
+                 buffers: OutputBuffers | None = None, owner: str = "") -> None:
         self.options = options
         self.device = device
         self.cuda = device.startswith("cuda")
@@ -66,7 +68,8 @@ class Judge:
         self.findings = Findings(device, self.cuda)
         self.exchange = Exchange(self.findings, reference, candidate, options.timeout_s, cancelled,
                                  turns)
-        self.checks = OutputChecks(self.findings, self.exchange, options, problem.ref_error_norms)
+        self.checks = OutputChecks(self.findings, self.exchange, options, problem.ref_error_norms,
+                                   buffers, owner)
         self.probes = Probes(self.findings, self.inputs, self.exchange, self.checks, options,
                              problem.loaded)
         self.profiler = Profiler(self.findings, self.inputs, self.exchange, self.checks, options,

@@ -7,12 +7,12 @@ only reject it.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 
 from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
+from specgen.eval.output_buffers import OutputBuffer, OutputBuffers
 from specgen.messages import (Compare, Compared, EvalOptions, OutputMeta, OutputSlot, Ship, Shipped,
                               Trial, TrialDone)
 
@@ -25,28 +25,24 @@ class Shipment:
 
     trial: Trial
     slots: list[OutputSlot]
-    fd: int
+    buffer: OutputBuffer | None
     what: str
+    checks: "OutputChecks"
+
+    @property
+    def fd(self) -> int:
+        return self.buffer.fd if self.buffer is not None else -1
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """The buffer back to the worker's pool (once)."""
+        if self.buffer is not None:
+            self.checks.release(self.buffer)
+            self.buffer = None
 
 
 def _slots_size(outputs: list[OutputMeta]) -> int:
     """Bytes of a buffer that holds the tensors of `outputs`, each at a 64-byte boundary."""
     return sum((m.nbytes + 63) // 64 * 64 for m in outputs if m.kind == "tensor")
-
-
-def _memfd(size: int) -> int:
-    """A sealed shared buffer of `size` bytes (pages exist only once written)."""
-    import fcntl
-
-    fd = os.memfd_create("specgen-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, max(size, 1))
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    return fd
 
 
 def same_digests(a: list[float], b: list[float]) -> bool:
@@ -71,31 +67,39 @@ def digest_bound(tol_norm: float, ref_error_norm: float, reference: float) -> fl
 class OutputChecks:
     """The checks of one evaluation's candidate calls, and what they learnt of the problem on the
     way: `ref_error_norms` (the reference's own error, largest seen per output, kept with the
-    problem) and whether the problem's Model changes its inputs."""
+    problem) and whether the problem's Model changes its inputs.
+
+    Outputs travel in buffers of the worker's `buffers` (eval/output_buffers.py), taken for the
+    job `owner`; without a pool, in buffers of this evaluation's own."""
 
     def __init__(self, findings: Findings, exchange: Exchange, options: EvalOptions,
-                 ref_error_norms: list[float]) -> None:
+                 ref_error_norms: list[float], buffers: OutputBuffers | None = None,
+                 owner: str = "") -> None:
         self.findings = findings
         self.exchange = exchange
         self.options = options
         self.ref_error_norms = ref_error_norms
         self.launches = 0               # the candidate's custom-kernel launches, as its runner counts
         self.reference_mutates = False
-        self._buffer_fd: int | None = None
-        self._buffer_size = 0
+        self.buffers = buffers if buffers is not None else OutputBuffers(keep_bytes=0)
+        self.owner = owner
+        self._checked: OutputBuffer | None = None     # the checked calls' buffer, one at a time
 
     def buffer(self, nbytes: int) -> int:
-        if self._buffer_fd is None or nbytes > self._buffer_size:
-            if self._buffer_fd is not None:
-                os.close(self._buffer_fd)
-            self._buffer_size = max(nbytes, 1 << 20)
-            self._buffer_fd = _memfd(self._buffer_size)
-        return self._buffer_fd
+        if self._checked is None or nbytes > self._checked.size:
+            if self._checked is not None:
+                self.release(self._checked)
+            self._checked = None
+            self._checked = self.buffers.take(nbytes, self.owner)
+        return self._checked.fd
+
+    def release(self, buffer: OutputBuffer) -> None:
+        self.buffers.give(buffer, self.owner)
 
     def close(self) -> None:
-        if self._buffer_fd is not None:
-            os.close(self._buffer_fd)
-            self._buffer_fd = None
+        if self._checked is not None:
+            self.release(self._checked)
+            self._checked = None
 
     # ------------------------------------------------------------------ one checked call
     def call(self, trial: Trial, what: str, error_flag: str | None = None) -> TrialDone | None:
@@ -187,11 +191,11 @@ class OutputChecks:
         The comparison proves what a full comparison always proves (docs/evaluation.md): that
         the candidate's process could produce the right output for these inputs; that the
         timed call returned it rests on its digest, checked already."""
-        fd = _memfd(_slots_size(done.outputs))
+        buffer = self.buffers.take(_slots_size(done.outputs), self.owner)
         try:
-            return Shipment(trial, self.ship(trial, what, fd), fd, what)
+            return Shipment(trial, self.ship(trial, what, buffer.fd), buffer, what, self)
         except BaseException:
-            os.close(fd)
+            self.release(buffer)
             raise
 
     def compare_shipped(self, shipment: Shipment) -> None:
