@@ -16,13 +16,9 @@ A candidate runner can also work between requests (a thread it started, kernels 
 (see `Runner.pause`), so while one worker times, every other worker's candidate is stopped or
 waiting for its turn.
 
-The lock is `flock(2)` on files in /dev/shm (or the temporary directory), one pair per GPU: the
-lock itself, and a gate that a waiting writer holds, so that a stream of shared holders cannot
-keep a timing waiting. A timing first waits up to `PATIENCE_S` for a moment when no request is in
-flight, other workers' requests starting meanwhile, and only then holds the gate: a writer at the
-gate stops every other worker's next request until the longest one in flight ends (a 1 GiB
-comparison, a Triton compile: seconds), so with four workers on an H100 waiting for turns cost
-five times the timing itself (BENCHMARKS.md, "The corpus"). flock locks belong to an open file, so each `DeviceTurns` opens its own: two
+The lock is `flock(2)` on files in /dev/shm (or the temporary directory), one pair per GPU: a gate
+that a waiting writer holds, so that a stream of shared holders cannot keep a timing waiting, and
+the lock itself. flock locks belong to an open file, so each `DeviceTurns` opens its own: two
 workers in one process exclude each other as two processes do. The key is the GPU's index on the
 host (`CUDA_VISIBLE_DEVICES` mapped back), so that nodes of one host with different visible sets
 still meet on the same files. CPU workers take no turns (they have no shared device to time).
@@ -33,12 +29,8 @@ import contextlib
 import fcntl
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
-
-PATIENCE_S = 1.0        # how long a timing lets other workers' requests start before it blocks them
-_POLL_S = 0.005
 
 
 def host_gpu(device: str) -> str | None:
@@ -98,31 +90,15 @@ class DeviceTurns:
             yield
             return
         gate, lock = self._fds
-        gated = not self._take_between_requests(lock)
-        if gated:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         self._held = True
         try:
             yield
         finally:
             self._held = False
             fcntl.flock(lock, fcntl.LOCK_UN)
-            if gated:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-
-    @staticmethod
-    def _take_between_requests(lock: int) -> bool:
-        """The lock, exclusive, taken at a moment no request holds it, within `PATIENCE_S`."""
-        deadline = time.monotonic() + PATIENCE_S
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(_POLL_S)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
     def close(self) -> None:
         if self._fds is not None:

@@ -51,8 +51,10 @@ def sealed_memfd(size: int) -> int:
 
 
 def _zero(fd: int, size: int) -> None:
-    """Every byte of the buffer set to 0, in place (its pages kept: no new ones to fault in)."""
-    mapping = mmap.mmap(fd, size)
+    """Every byte of the buffer set to 0, in place. Mapped with its pages populated in one call:
+    faulting 1 GiB in page by page cost as much as a new buffer (444 ms on an H200 host), against
+    a quarter of that populated (256 MiB on the CPU VM: 33 ms against 125 ms)."""
+    mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
     try:
         view = ctypes.c_char.from_buffer(mapping)
         ctypes.memset(ctypes.addressof(view), 0, size)

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from specgen.eval.containment import tree_pids
-from specgen.eval import device_turns
 from specgen.eval.device_turns import DeviceTurns, host_gpu
 from specgen.eval.runner_process import Runner
 
@@ -52,8 +51,7 @@ def test_requests_of_several_workers_overlap(tmp_path: Path):
     assert time.monotonic() - began < 0.5
 
 
-def test_a_waiting_timing_is_not_kept_waiting_by_new_requests(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(device_turns, "PATIENCE_S", 0.05)
+def test_a_waiting_timing_is_not_kept_waiting_by_new_requests(tmp_path: Path):
     reader, writer, late = (DeviceTurns("cuda:0", tmp_path) for _ in range(3))
     order: list[str] = []
 
@@ -70,7 +68,7 @@ def test_a_waiting_timing_is_not_kept_waiting_by_new_requests(tmp_path: Path, mo
     with reader.shared():
         waiting = threading.Thread(target=time_it)
         waiting.start()
-        time.sleep(0.2)                      # past its patience: the timing holds the gate
+        time.sleep(0.2)                      # the timing now waits, holding the gate
         came = threading.Thread(target=request)
         came.start()
         time.sleep(0.2)
@@ -78,64 +76,6 @@ def test_a_waiting_timing_is_not_kept_waiting_by_new_requests(tmp_path: Path, mo
     waiting.join(5)
     came.join(5)
     assert order == ["timing", "timing done", "late request"]
-
-
-def test_a_waiting_timing_lets_requests_start_until_its_patience_ends(tmp_path: Path,
-                                                                      monkeypatch):
-    monkeypatch.setattr(device_turns, "PATIENCE_S", 0.6)
-    reader, writer, late = (DeviceTurns("cuda:0", tmp_path) for _ in range(3))
-    order: list[str] = []
-
-    def time_it() -> None:
-        with writer.exclusive():
-            order.append("timing")
-
-    with reader.shared():
-        waiting = threading.Thread(target=time_it)
-        waiting.start()
-        time.sleep(0.1)                      # the timing waits, within its patience
-        began = time.monotonic()
-        with late.shared():                  # not stopped by it
-            order.append("late request")
-        assert time.monotonic() - began < 0.3
-        time.sleep(0.7)                      # past its patience: now it holds the gate
-        blocked = threading.Event()
-
-        def later() -> None:
-            with late.shared():
-                blocked.set()
-
-        came = threading.Thread(target=later)
-        came.start()
-        assert not blocked.wait(0.2)
-    waiting.join(5)
-    came.join(5)
-    assert blocked.is_set()
-    assert order == ["late request", "timing"]
-
-
-def test_a_timing_takes_the_lock_in_a_gap_between_requests(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(device_turns, "PATIENCE_S", 5.0)
-    requester, writer = DeviceTurns("cuda:0", tmp_path), DeviceTurns("cuda:0", tmp_path)
-    stop = threading.Event()
-
-    def requests() -> None:
-        while not stop.is_set():
-            with requester.shared():
-                time.sleep(0.1)
-            time.sleep(0.05)
-
-    worker = threading.Thread(target=requests)
-    worker.start()
-    try:
-        time.sleep(0.02)                     # inside a request
-        began = time.monotonic()
-        with writer.exclusive():
-            waited = time.monotonic() - began
-    finally:
-        stop.set()
-        worker.join(5)
-    assert 0.03 < waited < 1.0               # the next gap, not the patience
 
 
 def test_a_timing_inside_its_own_worker_does_not_turn_shared(tmp_path: Path):
