@@ -38,9 +38,13 @@ class Exchange:
         """A request (shared) or a timing (exclusive) on a GPU other workers may share, with the
         candidate runner let run for it when `candidate`."""
         seconds = self.findings.seconds
+        # Apart, so that a bench can tell which wait costs: a request waiting for another
+        # worker's timing (turn_wait), or a timing waiting for other workers' requests in flight
+        # (timing_wait).
+        waited = "timing_wait" if exclusive else "turn_wait"
         began = time.perf_counter()
         with self.turns.exclusive() if exclusive else self.turns.shared():
-            seconds["turn_wait"] = seconds.get("turn_wait", 0.0) + time.perf_counter() - began
+            seconds[waited] = seconds.get(waited, 0.0) + time.perf_counter() - began
             outer = candidate and not self._candidate_running
             if outer:
                 self.candidate.resume()

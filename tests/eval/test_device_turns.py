@@ -124,3 +124,39 @@ def test_a_paused_runner_and_its_children_are_stopped_until_resumed(tmp_path: Pa
         proc.kill()
         subprocess.run(["pkill", "-f", "sleep 30"], check=False)
         proc.wait()
+
+
+class _Runner:
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+def test_a_verdict_tells_waiting_for_a_timing_from_a_timing_waiting(tmp_path: Path):
+    from specgen.eval.exchange import Exchange
+    from specgen.eval.findings import Findings
+
+    findings = Findings("cuda:0", cuda=True)
+    exchange = Exchange(findings, _Runner(), _Runner(), 60.0, lambda: False,  # type: ignore
+                        DeviceTurns("cuda:0", tmp_path))
+    other = DeviceTurns("cuda:0", tmp_path)
+    held = threading.Event()
+
+    def hold(exclusive: bool) -> None:
+        with other.exclusive() if exclusive else other.shared():
+            held.set()
+            time.sleep(0.3)
+
+    for exclusive, waited in ((True, "turn_wait"), (False, "timing_wait")):
+        held.clear()
+        thread = threading.Thread(target=hold, args=(exclusive,))
+        thread.start()
+        held.wait(5)
+        with exchange.turn(exclusive=not exclusive):
+            pass
+        thread.join()
+        assert findings.seconds[waited] > 0.2
+    exchange.turns.close()
+    other.close()
