@@ -12,7 +12,8 @@ Per output size, medians of `--repeats` rounds, in milliseconds:
   (cudaHostRegister), so the GPU writes it directly instead of through a staging buffer (GPU only);
 * `compare_map` / `compare_load`: the reference's runner maps the buffer and moves it to the
   device (plain and page-locked);
-* `compare_tensor`: the element-by-element check against a float64 accurate value.
+* `compare_tensor`: the element-by-element check against a float64 accurate value
+  (`--cpu-chunks A,B`: on the CPU, once per chunk size, side by side in this process).
 
     python tools/output_path_bench.py --device cuda:0 --sizes-mb 256,1024 --out results.json
 """
@@ -133,9 +134,13 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sizes-mb", default="64,256")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu-chunks", default="",
+                        help="elements per float64 chunk of the CPU comparison, each in turn")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     import torch
+
+    from specgen.eval import compare
 
     registered = args.device.startswith("cuda")
     if registered:
@@ -144,11 +149,17 @@ def main() -> int:
         "device": args.device,
         "device_name": torch.cuda.get_device_name(args.device) if registered else "cpu",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "sizes": {}}
+    chunks = [int(c) for c in args.cpu_chunks.split(",") if c] or [compare._CPU_CHUNK]
     for size_mb in (int(s) for s in args.sizes_mb.split(",")):
-        rounds = [one_round(args.device, size_mb << 20, registered) for _ in range(args.repeats)]
-        medians = {key: round(statistics.median(r[key] for r in rounds), 2) for key in rounds[0]}
-        report["sizes"][f"{size_mb} MiB"] = medians       # type: ignore[index]
-        print(f"{size_mb} MiB: " + ", ".join(f"{k} {v:g}" for k, v in medians.items()), flush=True)
+        for chunk in chunks:
+            compare._CPU_CHUNK = chunk
+            rounds = [one_round(args.device, size_mb << 20, registered)
+                      for _ in range(args.repeats)]
+            medians = {key: round(statistics.median(r[key] for r in rounds), 2)
+                       for key in rounds[0]}
+            label = f"{size_mb} MiB" + (f", CPU chunk {chunk}" if len(chunks) > 1 else "")
+            report["sizes"][label] = medians                  # type: ignore[index]
+            print(f"{label}: " + ", ".join(f"{k} {v:g}" for k, v in medians.items()), flush=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0

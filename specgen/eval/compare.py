@@ -38,7 +38,15 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 HALF_TOLERANCE = (1e-2, 1e-2)
 REL_BOUND_FACTOR = 10.0
-_CHUNK = 1 << 24                # elements per float64 chunk
+# Elements per float64 chunk. On a GPU large ones (few launches and reads back); on a CPU small
+# ones, whose temporaries (2 MB) stay in cache through the dozen passes over each: a 64 MiB output
+# compared in 192 ms instead of 1,370 ms with 16M-element chunks (one thread, the CPU VM).
+_CHUNK = 1 << 24
+_CPU_CHUNK = 1 << 18
+
+
+def _chunk(tensor: Any) -> int:
+    return _CHUNK if tensor.is_cuda else _CPU_CHUNK
 
 
 def tolerance_for(dtype: Any, atol: float | None = None, rtol: float | None = None
@@ -131,8 +139,9 @@ def tol_norm(r: Any, atol: float | None, rtol: float | None) -> float:
     a_tol, r_tol = tolerance_for(r.dtype, atol, rtol)
     flat = r.detach().reshape(-1)
     total = 0.0
-    for start in range(0, flat.numel(), _CHUNK):
-        chunk = flat[start:start + _CHUNK].to(torch.float64).abs()
+    step = _chunk(flat)
+    for start in range(0, flat.numel(), step):
+        chunk = flat[start:start + step].to(torch.float64).abs()
         total += float(((a_tol + r_tol * chunk) ** 2).sum())
     return math.sqrt(total)
 
@@ -194,10 +203,11 @@ def compare_tensor(c: Any, r: Any, star: Any, label: str, atol: float | None,
     bad = 0
     worst_excess, worst_at = -math.inf, -1
     within_half = True
-    for start in range(0, cf.numel(), _CHUNK):
-        cc = cf[start:start + _CHUNK].to(torch.float64)
-        ss = sf[start:start + _CHUNK].to(torch.float64)
-        ref_err = (rf[start:start + _CHUNK].to(torch.float64) - ss).abs()
+    step = _chunk(cf)
+    for start in range(0, cf.numel(), step):
+        cc = cf[start:start + step].to(torch.float64)
+        ss = sf[start:start + step].to(torch.float64)
+        ref_err = (rf[start:start + step].to(torch.float64) - ss).abs()
         finite = torch.isfinite(cc)
         if not bool(finite.all()):
             bad += int((~finite).sum())

@@ -89,6 +89,24 @@ def test_large_outputs_are_compared_in_chunks_with_the_same_answer() -> None:
     assert abs(tol_norm(ref, None, None) - float(((1e-4 + 1e-4 * ref.double().abs()) ** 2).sum().sqrt())) < 1e-3
 
 
+def test_chunks_agree_with_one_pass_over_the_whole_output() -> None:
+    from specgen.eval import compare
+
+    step = compare._chunk(torch.empty(1))
+    ref = torch.randn(5 * step + 123, dtype=torch.float32)
+    star = ref.double() + 1e-6 * torch.randn(ref.numel(), dtype=torch.float64)
+    cand = ref.clone()
+    cand[2 * step + 7] += 0.5           # the worst, in a middle chunk
+    cand[4 * step + 1] += 0.01          # over its tolerance too, by less, in a later one
+    result = check(cand, ref, star)
+    assert not result.ok and f"index [{2 * step + 7}]" in result.reason
+    err = (ref.double() - star).abs()
+    tol = 1e-4 + 1e-4 * star.abs() + err
+    assert abs(result.tol_norm - float((tol * tol).sum().sqrt())) < 1e-9 * result.tol_norm
+    assert abs(result.ref_error_norm - float(err.norm())) < 1e-9 * result.ref_error_norm + 1e-15
+    assert abs(result.max_abs - float((cand.double() - star).abs().max())) < 1e-12
+
+
 def test_the_accurate_model_is_float64_where_it_runs() -> None:
     model = torch.nn.Linear(8, 4)
     accurate = AccurateModel(model)
