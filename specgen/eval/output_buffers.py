@@ -52,8 +52,8 @@ def sealed_memfd(size: int) -> int:
 
 def _zero(fd: int, size: int) -> None:
     """Every byte of the buffer set to 0, in place. Mapped with its pages populated in one call:
-    faulting 1 GiB in page by page cost as much as a new buffer (444 ms on an H200 host), against
-    a quarter of that populated (256 MiB on the CPU VM: 33 ms against 125 ms)."""
+    faulting 1 GiB in page by page cost as much as a new buffer (444 ms on an H200 host);
+    populated, 256 MiB take 32-34 ms on the CPU VM (a new buffer's mapping there: 149-152 ms)."""
     mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
     try:
         view = ctypes.c_char.from_buffer(mapping)
