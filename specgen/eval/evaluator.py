@@ -33,10 +33,10 @@ from specgen.errors import UsageError
 from specgen.eval import runner_process, sandbox
 from specgen.eval.builds import Builds
 from specgen.eval.device_turns import DeviceTurns
-from specgen.eval.output_buffers import OutputBuffers
 from specgen.eval.inputs import new_init_seed
 from specgen.eval.judge import Judge, ProblemState
 from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_text, problem_from_text
+from specgen.eval.output_buffers import OutputBuffers
 from specgen.eval.redact import redact_verdict
 from specgen.eval.runner_process import Runner, RunnerError, SparePool, Template
 from specgen.eval.sandbox import SandboxStatus
