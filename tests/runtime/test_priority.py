@@ -226,7 +226,8 @@ _ops = st.lists(st.one_of(
 def test_positions_tell_the_order_and_turns_stay_fair(ops: list) -> None:
     """Random pushes (4 requesters: 2 callers, 2 jobs), pops, re-queues and removals: then every
     queued request's position is where it comes out, each requester's requests come in the
-    rule's order, and within a level no requester gets two turns ahead of another."""
+    rule's order, and within a level no requester gets two turns ahead of another (counted
+    from the drain's start: one more after earlier pops, see below)."""
     q = RequestQueue(PriorityRule(["deadline", "stage", "oldest"]))
     queued: list[QueuedRequest] = []
     seq = itertools.count(1)
@@ -259,6 +260,10 @@ def test_positions_tell_the_order_and_turns_stay_fair(ops: list) -> None:
     positions = {r.seq: q.position(r) for r in queued}
     order = drain_requests(q)
     assert [positions[r.seq] for r in order] == list(range(1, len(order) + 1))
+    # Served before the drain, a requester may already have had its turn in the round the drain
+    # starts in (B served, then A's turn and A's next, B's new request between them in the next
+    # round): counted from the drain's start, it may then lead by one more.
+    lead = 2 if any(op[0] in ("pop", "requeue") for op in ops) else 1
     levels: dict[tuple, list[QueuedRequest]] = {}
     for r in order:
         levels.setdefault(r.sort_key[:2], []).append(r)
@@ -271,7 +276,7 @@ def test_positions_tell_the_order_and_turns_stay_fair(ops: list) -> None:
             served[r.requester] += 1
             busy = [k for k in left if served[k] < left[k]]     # requesters with requests still queued
             if busy:
-                assert max(served[k] for k in busy) - min(served[k] for k in busy) <= 1
+                assert max(served[k] for k in busy) - min(served[k] for k in busy) <= lead
 
 
 def test_a_decision_with_1000_queued_from_10_callers_stays_cheap() -> None:
