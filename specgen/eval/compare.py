@@ -40,7 +40,8 @@ HALF_TOLERANCE = (1e-2, 1e-2)
 REL_BOUND_FACTOR = 10.0
 # Elements per float64 chunk. On a GPU large ones (few launches and reads back); on a CPU small
 # ones, whose temporaries (2 MB) stay in cache through the dozen passes over each: a 64 MiB output
-# compared in 192 ms instead of 1,370 ms with 16M-element chunks (one thread, the CPU VM).
+# compared in 144 ms instead of 916 ms with 16M-element chunks (CPU VM, side by side:
+# tools/output_path_bench.py --cpu-chunks, BENCHMARKS.md).
 _CHUNK = 1 << 24
 _CPU_CHUNK = 1 << 18
 

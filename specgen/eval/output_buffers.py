@@ -113,7 +113,7 @@ class OutputBuffers:
             return
         buffer.owner = owner
         self._free.append(buffer)
-        while self._free and sum(b.size for b in self._free) > self.keep_bytes:
+        while self._free and self.kept_bytes > self.keep_bytes:
             dropped = self._free.pop(0)
             os.close(dropped.fd)
             dropped.fd = -1
