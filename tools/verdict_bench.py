@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -234,12 +235,22 @@ def measure(args: argparse.Namespace) -> dict:
     from tests.eval.conftest import submission
 
     work = Path(tempfile.mkdtemp(prefix="specgen-verdict-bench-"))
-    options = EvalOptions(timeout_s=args.timeout_s, cache_dir=str(work / "cache"))
     result: dict = {"code": str(Path(specgen.__file__).resolve().parents[1]), "device": args.device}
+
+    def start(count: int, cache: Path) -> tuple[EvalOptions, list]:
+        """`count` workers sharing the device, with a cache of their own (the reference's
+        timings start uncached), its extension builds copied in from --ext-cache or an earlier
+        set: builds are reported apart, so a set need not repeat them."""
+        if args.ext_cache is not None and args.ext_cache.is_dir():
+            shutil.copytree(args.ext_cache, cache / "ext", symlinks=True, dirs_exist_ok=True)
+        options = EvalOptions(timeout_s=args.timeout_s, cache_dir=str(cache))
+        sharers = count if args.device.startswith("cuda") else 1
+        return options, [EvalWorker(args.device, work / f"w{count}-{i}", spare_processes=1,
+                                    options=options, gpu_sharers=sharers) for i in range(count)]
+
     began = time.monotonic()
-    sharers = args.workers if args.device.startswith("cuda") else 1
-    workers = [EvalWorker(args.device, work / f"w{i}", spare_processes=1, options=options,
-                          gpu_sharers=sharers) for i in range(args.workers)]
+    counts = args.workers
+    options, workers = start(counts[0], work / "cache")
     with contextlib.ExitStack() as stack:
         for w in workers:
             stack.enter_context(w)
@@ -255,10 +266,25 @@ def measure(args: argparse.Namespace) -> dict:
             result["cost"] = cost_phase(worker, args.device, args.cost_problems.split(","),
                                         args.cost_repeats)
         if "corpus" in args.phases:
-            print(f"corpus ({result['code']}):", flush=True)
+            print(f"corpus ({result['code']}, {counts[0]} worker(s)):", flush=True)
             result["corpus"] = corpus_phase(workers, args.device, args.limit, args.budget_s)
+            if args.ext_cache is not None and (Path(options.cache_dir) / "ext").is_dir():
+                shutil.copytree(Path(options.cache_dir) / "ext", args.ext_cache, symlinks=True,
+                                dirs_exist_ok=True)
         ready = worker.ready_info
         result["device_name"] = ready.device_name if ready is not None else None
+    # Further worker counts, one after the other in this process: the same files and builds,
+    # fresh workers and reference timings, so the counts compare side by side.
+    result["more_corpora"] = []
+    for count in counts[1:] if "corpus" in args.phases else []:
+        args.ext_cache = args.ext_cache or Path(options.cache_dir) / "ext"
+        _, more = start(count, work / f"cache-{count}")
+        with contextlib.ExitStack() as stack:
+            for w in more:
+                stack.enter_context(w)
+            print(f"corpus ({result['code']}, {count} worker(s)):", flush=True)
+            result["more_corpora"].append(corpus_phase(more, args.device, args.limit,
+                                                       args.budget_s))
     if "cost" in args.phases and args.device.startswith("cuda") and args.json is None:
         # The same candidates timed in a process of their own, three ways (tools/call_times.py):
         # how the judge's time of a call relates to the GPU's, for this tree's verdicts.
@@ -282,7 +308,8 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
     # The device as its runners saw it (the GPU's or CPU's name), not only as it was asked for.
     seen = sorted({r.get("device_name") or "?" for r in results.values()})
     lines = [f"# verdict bench, {time.strftime('%Y-%m-%d')}, device {args.device} "
-             f"({', '.join(seen)}), {args.workers} worker(s) in the corpus phase", ""]
+             f"({', '.join(seen)}), {'/'.join(map(str, args.workers))} worker(s) in the corpus phase",
+             ""]
     names = list(results)
     lines += ["| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
 
@@ -366,8 +393,12 @@ def main() -> int:
     parser.add_argument("--phases", default="ready,corpus")
     parser.add_argument("--ready", type=int, default=30, help="candidates per ready series")
     parser.add_argument("--pause-s", type=float, default=1.0)
-    parser.add_argument("--workers", type=int, default=1,
-                        help="corpus: workers sharing the device (this tree only)")
+    parser.add_argument("--workers", default="1",
+                        help="corpus: workers sharing the device (this tree only); several "
+                             "counts, comma-separated, are judged one after the other")
+    parser.add_argument("--ext-cache", type=Path, default=None,
+                        help="extension builds kept here between invocations (copied in before "
+                             "the corpus, back after it)")
     parser.add_argument("--cost-problems", default="fused_elementwise,layernorm,softmax")
     parser.add_argument("--cost-repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="at most this many corpus files")
@@ -384,12 +415,19 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out/verdicts"))
     args = parser.parse_args()
     args.phases = args.phases.split(",")
+    args.workers = [int(n) for n in str(args.workers).split(",")]
     _import_root(args.root.resolve())
     if args.json is not None:                       # the child of a --baseline run
         args.json.resolve().write_text(json.dumps(measure(args)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    results = {"this tree": measure(args)}
+    measured = measure(args)
+    more = measured.pop("more_corpora", [])
+    # One column per worker count when there are several.
+    label = f"this tree, {args.workers[0]} workers" if more else "this tree"
+    results = {label: measured}
+    for corpus in more:
+        results[f"this tree, {corpus['workers']} workers"] = {**measured, "corpus": corpus}
     # Written now as well: a baseline cut short by a time limit leaves this tree's figures.
     (args.out / "verdict_bench.json").write_text(json.dumps(results, indent=1))
     if args.baseline is not None:

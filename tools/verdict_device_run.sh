@@ -2,7 +2,10 @@
 # The verdict service on a lent GPU machine: the GPU and sandbox tests, then tools/verdict_bench.py
 # (runner start, the judge's cost beside an earlier tree unpacked in .baseline/, the corpus).
 # Usage, from the repository root on the GPU machine (wheels for what its image lacks in .whl/):
-#   [PHASES=tests,ready,cost,corpus] [WORKERS=N] [COST_PROBLEMS=a,b] tools/verdict_device_run.sh OUTDIR
+#   [PHASES=tests,ready,cost,corpus] [WORKERS=N[,M...]] [EXT_CACHE=DIR] [COST_PROBLEMS=a,b] \
+#     tools/verdict_device_run.sh OUTDIR
+# WORKERS=4,6 judges the corpus with 4 workers, then with 6, in one process; EXT_CACHE keeps the
+# corpus's extension builds between calls on a warm machine (the builds are reported apart).
 set -u
 out=${1:?usage: tools/verdict_device_run.sh OUTDIR}
 phases=",${PHASES:-tests,ready,cost,corpus},"
@@ -36,7 +39,7 @@ if has corpus; then
   # what is left of the call's ${CALL_S:-580} s, less a minute for the worker and the report
   left=$(( ${CALL_S:-580} - ($(date +%s) - start) ))
   timeout "$left" python3 tools/verdict_bench.py --device cuda:0 --phases corpus \
-    --workers "${WORKERS:-1}" --budget-s "$(( left - 60 ))" --out "$out/corpus" \
+    --workers "${WORKERS:-1}" ${EXT_CACHE:+--ext-cache "$EXT_CACHE"} --budget-s "$(( left - 60 ))" --out "$out/corpus" \
     > "$out/corpus.log" 2>&1
   echo "corpus: rc=$? after $(( $(date +%s) - start )) s"
   tail -60 "$out/corpus.log"
