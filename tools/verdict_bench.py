@@ -394,8 +394,9 @@ def main() -> int:
     parser.add_argument("--ready", type=int, default=30, help="candidates per ready series")
     parser.add_argument("--pause-s", type=float, default=1.0)
     parser.add_argument("--workers", default="1",
-                        help="corpus: workers sharing the device (this tree only); several "
-                             "counts, comma-separated, are judged one after the other")
+                        help="corpus: workers sharing the device; several counts, "
+                             "comma-separated, are judged one after the other (--baseline: the "
+                             "first count)")
     parser.add_argument("--ext-cache", type=Path, default=None,
                         help="extension builds kept here between invocations (copied in before "
                              "the corpus, back after it)")
@@ -438,6 +439,10 @@ def main() -> int:
                    "--ready", str(args.baseline_ready or args.ready), "--pause-s", str(args.pause_s),
                    "--timeout-s", str(args.timeout_s), "--cost-problems", args.cost_problems,
                    "--cost-repeats", str(args.cost_repeats), "--json", str(child_json.resolve())]
+        # The corpus with as many workers as this tree's first count, on the same builds.
+        command += ["--workers", str(args.workers[0])]
+        if args.ext_cache is not None:
+            command += ["--ext-cache", str(args.ext_cache.resolve())]
         if args.limit:
             command += ["--limit", str(args.limit)]
         if args.budget_s:

@@ -39,7 +39,7 @@ if has corpus; then
   # what is left of the call's ${CALL_S:-580} s, less a minute for the worker and the report
   left=$(( ${CALL_S:-580} - ($(date +%s) - start) ))
   timeout "$left" python3 tools/verdict_bench.py --device cuda:0 --phases corpus \
-    --workers "${WORKERS:-1}" ${EXT_CACHE:+--ext-cache "$EXT_CACHE"} --budget-s "$(( left - 60 ))" --out "$out/corpus" \
+    --workers "${WORKERS:-1}" ${EXT_CACHE:+--ext-cache "$EXT_CACHE"} ${BASELINE:+--baseline "$BASELINE"} --budget-s "$(( left - 60 ))" --out "$out/corpus" \
     > "$out/corpus.log" 2>&1
   echo "corpus: rc=$? after $(( $(date +%s) - start )) s"
   tail -60 "$out/corpus.log"

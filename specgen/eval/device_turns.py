@@ -16,6 +16,15 @@ A candidate runner can also work between requests (a thread it started, kernels 
 (see `Runner.pause`), so while one worker times, every other worker's candidate is stopped or
 waiting for its turn.
 
+A request in flight when a timing comes gives way (`give_way`): the judge waiting for its reply
+polls every 0.1 s, and when a timing waits it stops the request's runner (SIGSTOP), lets its
+shared hold go, and takes it back once the timing is done, then lets the runner go on. Otherwise
+a timing would wait for the longest request in flight (a Triton compile inside a first call, a
+`torch.compile` load, a 1 GB comparison: seconds), and every other worker's new requests with it,
+since the waiting timing holds the gate. What a stopped runner had already queued on the GPU
+still runs; it is what a request's last kernels take (milliseconds), and the timing's warm-up
+calls come first.
+
 The lock is `flock(2)` on files in /dev/shm (or the temporary directory), one pair per GPU: a gate
 that a waiting writer holds, so that a stream of shared holders cannot keep a timing waiting, and
 the lock itself. flock locks belong to an open file, so each `DeviceTurns` opens its own: two
@@ -29,8 +38,9 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def host_gpu(device: str) -> str | None:
@@ -58,6 +68,7 @@ class DeviceTurns:
         self.gpu = host_gpu(device)
         self._fds: tuple[int, int] | None = None
         self._held = False              # this worker's own exclusive hold
+        self._sharing = False           # this worker's shared hold
         if self.gpu is None:
             return
         base = (directory or _lock_dir()) / f"specgen-gpu-{self.gpu}"
@@ -78,10 +89,45 @@ class DeviceTurns:
         fcntl.flock(gate, fcntl.LOCK_EX)       # past any timing that is waiting
         fcntl.flock(gate, fcntl.LOCK_UN)
         fcntl.flock(lock, fcntl.LOCK_SH)
+        self._sharing = True
         try:
             yield
         finally:
+            self._sharing = False
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def timing_waits(self) -> bool:
+        """Whether another worker's timing holds the gate (waiting for the lock, or timing).
+        False inside this worker's own timing: its gate is this worker's then, and a probe of
+        the same open file would release it."""
+        if self._fds is None or self._held:
+            return False
+        gate = self._fds[0]
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True        # a timing (or, for an instant, a request passing the gate)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        return False
+
+    def give_way(self, pause: Callable[[], None], resume: Callable[[], None]) -> float:
+        """Inside a shared hold, while a request is in flight: when another worker's timing
+        waits, stop the request's processes (`pause`), let the timing have the GPU, take the
+        shared hold back after it and `resume`. Returns the seconds given (0.0 when no timing
+        waits)."""
+        if not self._sharing or not self.timing_waits():
+            return 0.0
+        gate, lock = self._fds           # type: ignore[misc]
+        began = time.perf_counter()
+        pause()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_EX)   # behind the timing, as a new request would be
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        finally:
+            resume()
+        return time.perf_counter() - began
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -319,8 +319,14 @@ class EvalWorker:
         self._track(runner)
         try:
             with self._turns.shared() if self._turns else contextlib.nullcontext():
+                turns = self._turns
+
+                def polled() -> bool:
+                    if turns is not None:         # a timing of another worker goes first
+                        turns.give_way(runner.pause, runner.resume)
+                    return self._cancelled()
                 received, why = runner.request(request, time.monotonic() + self.options.timeout_s,
-                                               "EvalOptions.timeout_s", self._cancelled)
+                                               "EvalOptions.timeout_s", polled)
         finally:
             self._track(runner, add=False)
         if received is None or not isinstance(received.message, ProblemLoaded):

@@ -61,7 +61,7 @@ class Exchange:
         with self.turn(candidate=runner is self.candidate):
             began = time.perf_counter()
             received, why = runner.request(message, self.deadline, self.timeout_setting(),
-                                           self.cancelled, fds)
+                                           self.polled(runner), fds)
             # Where a verdict's time goes, per runner and request ("reference Compare").
             key = f"{runner.role} {type(message).__name__}"
             seconds = self.findings.seconds
@@ -74,6 +74,18 @@ class Exchange:
                                f"to {type(message).__name__}")
             raise Stop
         return received
+
+    def polled(self, runner: Runner) -> Callable[[], bool]:
+        """The check made while a request's reply is awaited: give way to another worker's
+        timing (eval/device_turns.py; the seconds count as waiting for a turn), then whether
+        the evaluation was cancelled."""
+        def check() -> bool:
+            given = self.turns.give_way(runner.pause, runner.resume)
+            if given:
+                seconds = self.findings.seconds
+                seconds["turn_wait"] = seconds.get("turn_wait", 0.0) + given
+            return self.cancelled()
+        return check
 
     def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, float]:
         """One timed call: (reply, milliseconds from the request to the reply's timestamp)."""

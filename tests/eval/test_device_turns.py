@@ -160,3 +160,96 @@ def test_a_verdict_tells_waiting_for_a_timing_from_a_timing_waiting(tmp_path: Pa
         assert findings.seconds[waited] > 0.2
     exchange.turns.close()
     other.close()
+
+
+def test_a_request_in_flight_gives_way_to_a_timing_and_takes_its_turn_back(tmp_path: Path):
+    reader, writer, later = (DeviceTurns("cuda:0", tmp_path) for _ in range(3))
+    events: list = []
+    pause, resume = (lambda: events.append("pause")), (lambda: events.append("resume"))
+
+    def time_it() -> None:
+        came = time.monotonic()
+        with writer.exclusive():
+            events.append(("timing", time.monotonic() - came))
+            time.sleep(0.2)
+            events.append("timing done")
+
+    later_timed = threading.Event()
+
+    def time_later() -> None:
+        with later.exclusive():
+            later_timed.set()
+
+    with reader.shared():
+        assert reader.give_way(pause, resume) == 0.0        # no timing waits: nothing stops
+        timing = threading.Thread(target=time_it)
+        timing.start()
+        time.sleep(0.1)
+        given, deadline = 0.0, time.monotonic() + 5
+        while not given and time.monotonic() < deadline:     # the judge's polls
+            given = reader.give_way(pause, resume)
+            time.sleep(0.02)
+        timing.join(5)
+        assert given >= 0.15
+        # The shared hold is back: a timing that comes now waits for this request.
+        waiting = threading.Thread(target=time_later)
+        waiting.start()
+        assert not later_timed.wait(0.3)
+    assert later_timed.wait(5)
+    waiting.join(5)
+    assert events[0] == "pause" and events[1][0] == "timing" and events[1][1] < 0.5
+    assert events[2:] == ["timing done", "resume"]
+
+
+def test_no_way_is_given_outside_a_request_or_inside_the_workers_own_timing(tmp_path: Path):
+    turns, other = DeviceTurns("cuda:0", tmp_path), DeviceTurns("cuda:0", tmp_path)
+    stopped: list[str] = []
+    with turns.exclusive():
+        waiting = threading.Thread(target=lambda: other.exclusive().__enter__())
+        waiting.start()                  # another timing waits at the gate
+        time.sleep(0.1)
+        assert not turns.timing_waits()  # its own gate, not another's timing
+        with turns.shared():             # a no-op inside its own timing
+            assert turns.give_way(lambda: stopped.append("x"), lambda: None) == 0.0
+    waiting.join(5)
+    assert turns.give_way(lambda: stopped.append("x"), lambda: None) == 0.0
+    assert stopped == []
+    assert not DeviceTurns("cpu").give_way(lambda: stopped.append("x"), lambda: None)
+    other.close()
+    turns.close()
+
+
+def test_a_judge_awaiting_a_reply_gives_way_and_counts_it_as_waiting_for_a_turn(tmp_path: Path):
+    from specgen.eval.exchange import Exchange
+    from specgen.eval.findings import Findings
+
+    class Counting(_Runner):
+        paused = 0
+
+        def pause(self) -> None:
+            self.paused += 1
+
+    runner = Counting()
+    findings = Findings("cuda:0", cuda=True)
+    exchange = Exchange(findings, runner, _Runner(), 60.0, lambda: False,  # type: ignore
+                        DeviceTurns("cuda:0", tmp_path))
+    other = DeviceTurns("cuda:0", tmp_path)
+
+    def time_it() -> None:
+        with other.exclusive():
+            time.sleep(0.2)
+
+    with exchange.turn(candidate=False):
+        check = exchange.polled(runner)      # type: ignore[arg-type]
+        assert check() is False and "turn_wait" not in findings.seconds or \
+            findings.seconds["turn_wait"] < 0.05
+        before = findings.seconds.get("turn_wait", 0.0)
+        thread = threading.Thread(target=time_it)
+        thread.start()
+        time.sleep(0.1)
+        assert check() is False              # not cancelled; the timing ran meanwhile
+        thread.join(5)
+    assert runner.paused == 1
+    assert findings.seconds["turn_wait"] - before > 0.1
+    exchange.turns.close()
+    other.close()
