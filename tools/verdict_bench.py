@@ -278,13 +278,15 @@ def measure(args: argparse.Namespace) -> dict:
     result["more_corpora"] = []
     for count in counts[1:] if "corpus" in args.phases else []:
         args.ext_cache = args.ext_cache or Path(options.cache_dir) / "ext"
+        began = time.monotonic()
         _, more = start(count, work / f"cache-{count}")
         with contextlib.ExitStack() as stack:
             for w in more:
                 stack.enter_context(w)
+            started = round(time.monotonic() - began, 2)
             print(f"corpus ({result['code']}, {count} worker(s)):", flush=True)
-            result["more_corpora"].append(corpus_phase(more, args.device, args.limit,
-                                                       args.budget_s))
+            corpus = corpus_phase(more, args.device, args.limit, args.budget_s)
+            result["more_corpora"].append({**corpus, "start_s": started})
     if "cost" in args.phases and args.device.startswith("cuda") and args.json is None:
         # The same candidates timed in a process of their own, three ways (tools/call_times.py):
         # how the judge's time of a call relates to the GPU's, for this tree's verdicts.
@@ -428,7 +430,8 @@ def main() -> int:
     label = f"this tree, {args.workers[0]} workers" if more else "this tree"
     results = {label: measured}
     for corpus in more:
-        results[f"this tree, {corpus['workers']} workers"] = {**measured, "corpus": corpus}
+        results[f"this tree, {corpus['workers']} workers"] = {**measured, "corpus": corpus,
+                                                              "start_s": corpus["start_s"]}
     # Written now as well: a baseline cut short by a time limit leaves this tree's figures.
     (args.out / "verdict_bench.json").write_text(json.dumps(results, indent=1))
     if args.baseline is not None:
