@@ -18,7 +18,10 @@ Phases (on one evaluation worker unless --workers says more, sandbox required, s
 * `corpus`: every candidate of tests/eval (the corpus, the red-team files, the honest files and
   the bundled library) that runs on the device, judged against its `# expect:` header
   (tests/eval/expectations.py). Every honest rejection and every accepted cheat is printed with
-  its reason. Candidates per minute is the count over the phase's wall time, one worker.
+  its reason. Candidates per minute is the count over the phase's wall time (the extension
+  builds, made first, apart). `--workers 4,6` judges the corpus with 4 workers sharing the device,
+  then with 6, one after the other in this process, each set with fresh reference timings;
+  `--ext-cache DIR` keeps the builds between invocations.
 
 `--baseline ROOT` runs the same phases on another tree of the code (e.g. `git archive` of an
 earlier commit unpacked into ROOT) in a child process, in the same invocation, so that both
