@@ -241,8 +241,8 @@ def test_a_judge_awaiting_a_reply_gives_way_and_counts_it_as_waiting_for_a_turn(
 
     with exchange.turn(candidate=False):
         check = exchange.polled(runner)      # type: ignore[arg-type]
-        assert check() is False and "turn_wait" not in findings.seconds or \
-            findings.seconds["turn_wait"] < 0.05
+        assert check() is False                  # not cancelled, and no timing waits
+        assert findings.seconds.get("turn_wait", 0.0) < 0.05
         before = findings.seconds.get("turn_wait", 0.0)
         thread = threading.Thread(target=time_it)
         thread.start()
