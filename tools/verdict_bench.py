@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -247,9 +248,13 @@ def measure(args: argparse.Namespace) -> dict:
         if args.ext_cache is not None and args.ext_cache.is_dir():
             shutil.copytree(args.ext_cache, cache / "ext", symlinks=True, dirs_exist_ok=True)
         options = EvalOptions(timeout_s=args.timeout_s, cache_dir=str(cache))
-        sharers = count if args.device.startswith("cuda") else 1
+        sharing = {}
+        # An earlier tree run with --baseline may predate `gpu_sharers` (its requests did not
+        # give way to a timing); it is then started as it was.
+        if "gpu_sharers" in inspect.signature(EvalWorker).parameters:
+            sharing["gpu_sharers"] = count if args.device.startswith("cuda") else 1
         return options, [EvalWorker(args.device, work / f"w{count}-{i}", spare_processes=1,
-                                    options=options, gpu_sharers=sharers) for i in range(count)]
+                                    options=options, **sharing) for i in range(count)]
 
     began = time.monotonic()
     counts = args.workers
