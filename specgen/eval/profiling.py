@@ -4,9 +4,8 @@ beside them, the speedup, and the physical floor no honest time goes below.
 
 A trial's time is from the judge sending the request to the kernel's timestamp on the reply
 (eval/exchange.py). The same path timed with no call at all (the overhead) is measured in the
-runner of the calls it is subtracted from, each side's in its own, and what the candidate's
-runner measures is capped at the reference's; its spread is the resolution, below which no time
-is claimed.
+reference runner and subtracted from both sides' medians alike; its spread is the resolution,
+below which no time is claimed.
 """
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from specgen.eval.findings import Findings, Stop
 from specgen.eval.floor import floor_ms
 from specgen.eval.inputs import Inputs
 from specgen.eval.output_checks import OutputChecks, Shipment
-from specgen.eval.runner_process import Runner
 from specgen.eval.timing import MIN_MS, TimingStats, net, summarize
 from specgen.messages import EvalOptions, ProblemLoaded, RefTiming, RunnerReady, Trial, TrialDone
 
@@ -66,23 +64,21 @@ class Profiler:
             self.findings.fail(f"{done.error} (the reference, not the candidate)")
             raise Stop
 
-    def nothing(self, runner: Runner) -> float:
-        """One timed call of nothing in `runner`: the same path (inputs made, outputs and inputs
-        digested, the reply) with no call. What every call's time in that runner includes besides
+    def nothing(self) -> float:
+        """One timed call of nothing in the reference runner: the same path (inputs made, outputs
+        and inputs digested, the reply) with no call. What every call's time includes besides
         the call."""
-        done, ms = self.exchange.timed(runner, self.inputs.trial(null=True))
+        done, ms = self.exchange.timed(self.exchange.reference, self.inputs.trial(null=True))
         if done.error:
-            self.findings.fail(f"the overhead could not be measured in the {runner.role} runner: "
-                               f"{done.error}")
+            self.findings.fail(f"the overhead could not be measured: {done.error}")
             raise Stop
         return ms
 
-    def overhead_of(self, samples: list[float], runner: Runner) -> tuple[float, float]:
-        """(median, p75 - p25) of calls of nothing taken between the timed calls, topped up in
-        the same runner to EvalOptions.overhead_trials: what is subtracted, and how finely the
-        judge resolves."""
+    def overhead_of(self, samples: list[float]) -> tuple[float, float]:
+        """(median, p75 - p25) of calls of nothing taken between the timed calls, topped up to
+        EvalOptions.overhead_trials: what is subtracted, and how finely the judge resolves."""
         while len(samples) < max(self.options.overhead_trials, 3):
-            samples.append(self.nothing(runner))
+            samples.append(self.nothing())
         stats = summarize(samples)
         return stats.median_ms, max(stats.p75_ms - stats.p25_ms, MIN_MS)
 
@@ -91,19 +87,18 @@ class Profiler:
         """The reference's timed calls (fresh inputs each), each followed by a call of nothing:
         the overhead is measured under the same conditions (clocks, caches) as the calls."""
         count = self.options.warmup + self.options.timing_trials
-        reference = self.exchange.reference
         self._prime_nothing()
         samples, nothing = [], []
         for index in range(count):
-            done, ms = self.exchange.timed(reference, self.inputs.trial(compiled=compiled))
+            done, ms = self.exchange.timed(self.exchange.reference, self.inputs.trial(compiled=compiled))
             if done.error:
                 what = "torch.compile(Model)" if compiled else "the reference"
                 raise _ReferenceFailed(f"timing {what} failed: {done.error}")
-            idle = self.nothing(reference)
+            idle = self.nothing()
             if index >= self.options.warmup:
                 samples.append(ms)
                 nothing.append(idle)
-        overhead, resolution = self.overhead_of(nothing, reference)
+        overhead, resolution = self.overhead_of(nothing)
         return net(samples, overhead, resolution), overhead, resolution
 
     def measure_reference(self) -> None:
@@ -211,19 +206,16 @@ class Profiler:
                 checks.inputs_unchanged(done.input_digests, pooled.input_digests, what)
             if index in checked:
                 shipments.append(checks.ship_timed(pooled.trial, done, what))
-            # A call of nothing after each timed call, in the candidate's runner, as the
-            # reference's own timing has its calls of nothing in the reference's runner: a call
-            # in one process right after another process used the GPU pays for the switch
-            # between them (0.16-0.34 ms on an H100, measured against CUDA events), which the
-            # reference's timing never paid. What the candidate's process makes these take is
-            # capped at the reference's overhead in _write_times.
-            idle = self.nothing(exchange.candidate)
+            # A call of nothing in the reference runner after each timed call: the overhead
+            # the candidate's times include, measured beside them, where the candidate's
+            # process cannot slow it down.
+            idle = self.nothing()
             if index >= options.warmup:
                 samples.append(ms)
                 nothing.append(idle)
             if index in ref_indices:
                 beside.append(self._reference_call())
-        overhead, self.resolution_ms = self.overhead_of(nothing, exchange.candidate)
+        overhead, self.resolution_ms = self.overhead_of(nothing)
         return samples, overhead, beside
 
     def _write_times(self, cuda: bool, samples: list[float], overhead: float,
@@ -232,12 +224,11 @@ class Profiler:
         options, findings, verdict = self.options, self.findings, self.findings.verdict
         ref = self.ref_timing
         # Capped at what the calls of nothing took beside the reference's own timing, when no
-        # candidate code existed: the candidate's process could slow its own calls of nothing
-        # (or keep the GPU busy between its calls), and so have more subtracted from its time.
+        # candidate code existed: a candidate that keeps the host or the GPU busy between its
+        # calls would slow these calls of nothing, and so have more subtracted from its own time.
         overhead = min(overhead, ref.overhead_ms + ref.resolution_ms)
         # One resolution for both times: the coarser of the two measurements'. A time below it
         # is counted as it, so no speedup is claimed that the noise of either could have made.
-        # A candidate that makes its calls of nothing noisy only moves its speedup towards 1.
         resolution = max(self.resolution_ms, ref.resolution_ms)
         stats = net(samples, overhead, resolution)
         # The reference as timed beside the candidate (same load, same overhead) where that is
@@ -274,12 +265,11 @@ class Profiler:
             self.findings.notes.append(f"floor check skipped: no peak figures for {device_name}")
             return
         self.findings.verdict.floor_ms = floor
-        # Below half the floor by more than the judge resolves. The subtracted overhead is capped
-        # at the reference's, and the candidate's own can be lower by more than the calls of
-        # nothing's spread: an honest Triton sum over 1 GB read 0.169 ms against a floor of
-        # 0.306 ms on an H100 shared by four workers (with the calls of nothing in the reference's
-        # runner then). Work skipped is caught by the digests; this flag is for times no device
-        # of the kind reaches.
+        # Below half the floor by more than the judge resolves. The subtracted overhead is
+        # measured in the reference's process, not the candidate's, and the two differ by more
+        # than the calls of nothing's spread: an honest Triton sum over 1 GB read 0.169 ms against
+        # a floor of 0.306 ms on an H100 shared by four workers. Work skipped is caught by the
+        # digests; this flag is for times no device of the kind reaches.
         if candidate_ms + resolution_ms < FLOOR_MARGIN * floor:
             self.findings.flag(f"beyond-floor: {candidate_ms:.4f} ms is below half the physical floor "
                                f"{floor:.4f} ms ({loaded.input_bytes + loaded.param_bytes} bytes"

@@ -6,8 +6,8 @@
   accurate value (eval/compare.py). It lives as long as its worker keeps evaluating candidates of
   its problem: what it holds is that problem's reference.
 * **candidate**: executes the problem's and the candidate's modules, builds `ModelNew`, and runs
-  trials as it is told (its timed calls, and the calls of nothing after them), replying with
-  digests; it copies an output into the shared buffer when the judge asks. It serves one candidate, then its tree is killed. Nothing it replies is
+  trials as it is told, replying with digests; it copies an output into the shared buffer when
+  the judge asks. It serves one candidate, then its tree is killed. Nothing it replies is
   believed beyond what the judge checks against the reference.
 * **build**: executes a candidate's module once with `load_inline` compiling for real into its
   private /tmp, and sends back the records and the libraries; then exits.
@@ -197,11 +197,19 @@ class ReferenceRole:
         reply = TrialDone(index=trial.index, digests=done.digests, outputs=done.metas,
                           input_digests=done.input_digests)
         if not trial.null:
-            self.null_like = _null_like(self.null_like, done.leaves)
+            self._keep_null_like(done.leaves)
         if trial.bounds:
             reply.tol_norms = [tol_norm(leaf, None, None) for leaf in done.leaves
                                if _is_tensor(leaf)]
         return reply
+
+    def _keep_null_like(self, leaves: list[Any]) -> None:
+        import torch
+
+        shapes = [tuple(t.shape) for t in self.null_like]
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        if shapes != [tuple(t.shape) for t in tensors]:
+            self.null_like = [torch.zeros_like(t) for t in tensors]
 
     def compare(self, request: Compare, fds: list[int]) -> Compared:
         import torch
@@ -262,17 +270,6 @@ class ReferenceRole:
         return ParamsSet()
 
 
-def _null_like(held: list[Any], leaves: list[Any]) -> list[Any]:
-    """What a call of nothing digests in place of outputs: tensors shaped like the last call's
-    (`held` kept while the shapes stay the same)."""
-    import torch
-
-    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
-    if [tuple(t.shape) for t in held] != [tuple(t.shape) for t in tensors]:
-        return [torch.zeros_like(t) for t in tensors]
-    return held
-
-
 def _is_tensor(value: Any) -> bool:
     import torch
 
@@ -290,7 +287,6 @@ class CandidateRole:
         self.last: Any = None
         self.last_index = -1
         self.params: Any = None
-        self.null_like: list[Any] = []
 
     def load(self, request: LoadCandidate) -> ProblemLoaded:
         from specgen.eval import extensions
@@ -340,13 +336,6 @@ class CandidateRole:
 
         launches, errors = self.ledger.launches, len(self.ledger.errors)
         self.last, self.last_index = None, -1
-        if trial.null:            # a call of nothing: its time is the overhead (eval/profiling.py)
-            try:
-                done = run_trial(self.problem, None, trial, self.null_like)
-            except BaseException as exc:  # noqa: BLE001 - the candidate's module may have patched anything
-                return TrialDone(index=trial.index, error=f"a call of nothing failed: {_error(exc)}")
-            return TrialDone(index=trial.index, digests=done.digests,
-                             input_digests=done.input_digests)
         try:
             done = run_trial(self.problem, self.model, trial)
         except BaseException as exc:  # noqa: BLE001 - a candidate may raise anything
@@ -355,7 +344,6 @@ class CandidateRole:
                              launches=self.ledger.launches - launches,
                              kernel_errors=self.ledger.errors[errors:errors + 3])
         self.last, self.last_index = done, trial.index
-        self.null_like = _null_like(self.null_like, done.leaves)
         return TrialDone(index=trial.index, digests=done.digests, outputs=done.metas,
                          input_digests=done.input_digests,
                          launches=self.ledger.launches - launches,
