@@ -180,6 +180,10 @@ class RunGroup:
 
     def add(self, pid: int) -> None:
         """Put a process in the group (before it runs anything it was not given)."""
+        if pid <= 0:
+            # cgroup.procs reads 0 as "the writer": that would contain (and later kill) this
+            # process instead of the runner.
+            raise ValueError(f"no process to put in a control group: pid {pid}")
         self.root_pid = pid
         for path in self.paths:
             _write(path / "cgroup.procs", str(pid))

@@ -159,6 +159,12 @@ class Template:
             raise RunnerError(f"the template is gone ({describe_status(self._status())}); log: "
                               f"{_log_tail(self.log_path)}")
         judge_end, runner_end = socket_pair()
+        channel = Channel(judge_end, "judge")
+        # The kernel stamps a packet with its sender's pid only when the receiving end asks for it
+        # before the packet is sent; a hello queued earlier reads as pid 0, and 0 written to a
+        # group's cgroup.procs moves *this* process into the runner's group. So ask now, before
+        # the init can exist.
+        channel.want_credentials(True)
         log_path = self.logs / f"{role}-{os.getpid()}-{next(self._serial)}{label}.log"
         scratch = self.options.build_scratch_mb if role == "build" else self.options.scratch_mb
         address_space = 0
@@ -172,12 +178,12 @@ class Template:
             try:
                 self.control.send(request, fds=(runner_end.fileno(), log.fileno()))
             except (ChannelClosed, OSError) as exc:
-                judge_end.close()
+                channel.close()
                 raise RunnerError(f"the template is gone ({exc})") from None
             finally:
                 runner_end.close()
         memory = self.options.build_memory_mb if role == "build" else self.options.memory_limit_mb
-        return Runner(role, Channel(judge_end, "judge"), log_path, self, memory)
+        return Runner(role, channel, log_path, self, memory)
 
     def _status(self) -> int | None:
         code = self.proc.poll()
@@ -226,7 +232,6 @@ class Runner:
         """Take the init's hello, put it in its control group, let it start the runner."""
         if self.init_pid is not None:
             return
-        self.channel.want_credentials(True)
         try:
             received = self.channel.recv(time.monotonic() + timeout_s)
         except (ChannelClosed, FrameError) as exc:
@@ -235,11 +240,16 @@ class Runner:
                               f"{self.log_tail()}") from None
         finally:
             self.channel.want_credentials(False)
-        if received is None or not isinstance(received.message, RunnerStarted) \
-                or received.sender_pid is None:
+        if received is None or not isinstance(received.message, RunnerStarted):
             self.kill()
             raise RunnerError(f"the {self.role} runner did not start within {timeout_s:.0f} s "
                               f"(EvalOptions.spawn_timeout_s); log: {self.log_tail()}")
+        if not received.sender_pid:
+            # No pid the kernel vouches for (None, or 0: not visible from here): the runner could
+            # be neither contained nor killed by pid.
+            self.kill()
+            raise RunnerError(f"the {self.role} runner's hello came without its sender's pid; "
+                              f"it cannot be put in a control group")
         self.init_pid = received.sender_pid
         try:
             self.group = containment.RunGroup(self.template.containment,
