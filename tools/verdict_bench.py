@@ -135,8 +135,11 @@ def cost_phase(worker, device: str, problems: list[str], repeats: int) -> dict:
         for path in files:
             verdict = worker.run(candidate_submission(path), "full")
             # The times behind each speedup (a clamped one reads as ref == candidate).
-            times[path.name].append({k: getattr(verdict, k, None) for k in
-                                     ("ref_ms", "candidate_ms", "overhead_ms", "spread")})
+            times[path.name].append({**{k: getattr(verdict, k, None) for k in
+                                        ("ref_ms", "candidate_ms", "overhead_ms", "spread")},
+                                     # where the cap bound: what the calls of nothing took
+                                     "notes": [n for n in getattr(verdict, "notes", None) or []
+                                               if "calls of nothing" in n]})
             if verdict.correct and verdict.speedup:
                 speedups[path.name].append(verdict.speedup)
             else:

@@ -226,7 +226,14 @@ class Profiler:
         # Capped at what the calls of nothing took beside the reference's own timing, when no
         # candidate code existed: a candidate that keeps the host or the GPU busy between its
         # calls would slow these calls of nothing, and so have more subtracted from its own time.
-        overhead = min(overhead, ref.overhead_ms + ref.resolution_ms)
+        cap = ref.overhead_ms + ref.resolution_ms
+        if overhead > cap:
+            # Said in the verdict: the gap between the two is time the candidate is charged for
+            # that its calls themselves may not have taken (docs/evaluation.md, "Timing").
+            findings.notes.append(f"the calls of nothing beside the candidate took {overhead:.4f} ms "
+                                  f"(median); {cap:.4f} ms was subtracted, what they took beside "
+                                  "the reference's own timing plus its spread")
+            overhead = cap
         # One resolution for both times: the coarser of the two measurements'. A time below it
         # is counted as it, so no speedup is claimed that the noise of either could have made.
         resolution = max(self.resolution_ms, ref.resolution_ms)
