@@ -139,7 +139,7 @@ def cost_phase(worker, device: str, problems: list[str], repeats: int) -> dict:
                                         ("ref_ms", "candidate_ms", "overhead_ms", "spread")},
                                      # where the cap bound: what the calls of nothing took
                                      "notes": [n for n in getattr(verdict, "notes", None) or []
-                                               if "calls of nothing" in n]})
+                                               if "beside the candidate took" in n]})
             if verdict.correct and verdict.speedup:
                 speedups[path.name].append(verdict.speedup)
             else:
