@@ -15,6 +15,9 @@ runs; what the limit counts is the tree, not one process. Probed once per proces
   worker adds up the resident memory of every process of the tree every 100 ms and kills the
   tree when it passes the limit (`tree_rss`).
 
+Each runner removes its group when it ends, and a worker its own at exit; what a worker killed
+outright leaves is removed by the next worker's probe on the host (`sweep`).
+
 What a run writes lives on its private tmpfs (`EvalOptions.scratch_mb`, `build_scratch_mb`), whose
 pages count as the tree's memory where a cgroup is in force: the disk is never written.
 `describe()` says which way is in force and why not a better one; every verdict's evidence of a
@@ -22,6 +25,7 @@ limit names the setting.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
@@ -97,6 +101,7 @@ def _try_v2() -> Containment | str:
     missing = [c for c in ("memory", "pids") if c not in available]
     if missing:
         return f"the {' and '.join(missing)} controller(s) are not delegated to {here}"
+    sweep(here)
     root = here / f"specgen-{os.getpid()}"
     try:
         root.mkdir(exist_ok=True)
@@ -115,7 +120,9 @@ def _try_v1() -> Containment | str:
     for controller in ("memory", "pids"):
         if controller not in mounts or controller not in groups:
             return f"no cgroup v1 {controller} hierarchy"
-        root = Path(mounts[controller]) / groups[controller].lstrip("/") / f"specgen-{os.getpid()}"
+        parent = Path(mounts[controller]) / groups[controller].lstrip("/")
+        sweep(parent)
+        root = parent / f"specgen-{os.getpid()}"
         try:
             root.mkdir(exist_ok=True)
             probe = root / "probe"
@@ -127,6 +134,51 @@ def _try_v1() -> Containment | str:
             return f"cannot create groups under {root.parent}: {exc.strerror}"
         roots.append(root)
     return Containment(V1, f"a group per runner under {roots[0]} and {roots[1]}", tuple(roots))
+
+
+STALE_S = 60.0      # a run group this old, of a worker that is gone, is left over
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def sweep(parent: Path) -> int:
+    """Remove the groups of workers that are gone (killed before they could remove their own):
+    on a long-lived host each would otherwise stay, one per worker ever started. Only empty groups
+    go (the kernel refuses the rest), and only run groups older than `STALE_S`: a worker of another
+    PID namespace whose pid reads as dead here may be making one now. Returns how many went."""
+    removed = 0
+    try:
+        stale = [g for g in parent.glob("specgen-*")
+                 if g.name[8:].isdigit() and not _alive(int(g.name[8:]))]
+    except OSError:
+        return 0
+    now = time.time()
+    for root in stale:
+        try:
+            runs = [r for r in root.iterdir() if r.is_dir()]
+        except OSError:
+            continue
+        for run in runs:
+            try:
+                if now - run.stat().st_mtime > STALE_S:
+                    run.rmdir()
+                    removed += 1
+            except OSError:
+                pass          # processes still in it, or gone meanwhile
+        try:
+            root.rmdir()
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 _lock = threading.Lock()
@@ -149,6 +201,10 @@ def probe() -> Containment:
                     _probed = Containment(NONE, f"no cgroup v2 ({v2}) and no cgroup v1 ({v1}): "
                                           "per-process rlimits, and the worker polls the tree's "
                                           "resident memory")
+            if _probed.roots:
+                # Its run groups are gone by then (each runner removes its own); what is left
+                # (a run group of a runner still dying) goes at the next sweep.
+                atexit.register(lambda: [_remove(root) for root in _probed.roots])
         return _probed
 
 
