@@ -204,8 +204,14 @@ def probe() -> Containment:
             if _probed.roots:
                 # Its run groups are gone by then (each runner removes its own); what is left
                 # (a run group of a runner still dying) goes at the next sweep.
-                atexit.register(lambda: [_remove(root) for root in _probed.roots])
+                atexit.register(_remove_own, os.getpid(), _probed.roots)
         return _probed
+
+
+def _remove_own(owner: int, roots: tuple[Path, ...]) -> None:
+    if os.getpid() == owner:      # not in a forked child leaving by sys.exit: the groups are not its
+        for root in roots:
+            _remove(root)
 
 
 def _remove(path: Path) -> None:
