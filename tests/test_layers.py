@@ -13,6 +13,7 @@ ROOT = Path(specgen.__file__).resolve().parent
 LAYERS = [
     {"clock"},                             # time, injected: real or virtual (simulation)
     {"errors"},
+    {"processes"},                         # facts about a pid (alive?) for eval and runtime
     {"messages"},
     {"wire"},                              # the one framing of every ZeroMQ channel
     {"backend"},                           # the evaluation interface

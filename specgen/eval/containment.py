@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgen.processes import pid_alive
+
 V2, V1, NONE = "cgroup v2", "cgroup v1", "none"
 
 
@@ -139,16 +141,6 @@ def _try_v1() -> Containment | str:
 STALE_S = 60.0      # a run group this old, of a worker that is gone, is left over
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def sweep(parent: Path) -> int:
     """Remove the groups of workers that are gone (killed before they could remove their own):
     on a long-lived host each would otherwise stay, one per worker ever started. Only empty groups
@@ -157,7 +149,7 @@ def sweep(parent: Path) -> int:
     removed = 0
     try:
         stale = [g for g in parent.glob("specgen-*")
-                 if g.name[8:].isdigit() and not _alive(int(g.name[8:]))]
+                 if g.name[8:].isdigit() and not pid_alive(int(g.name[8:]))]
     except OSError:
         return 0
     now = time.time()

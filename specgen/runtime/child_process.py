@@ -110,23 +110,6 @@ def _noted(signum: int, frame: object) -> None:
     """The Python half of `on_signals`: nothing (the wakeup pipe already has the number)."""
 
 
-def pid_alive(pid: int) -> bool:
-    """True while process `pid` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
-
-
 def log_tail(path: Path | None, lines: int = 15) -> str:
     if path is None or not path.exists():
         return ""

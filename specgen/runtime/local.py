@@ -46,7 +46,8 @@ from pathlib import Path
 import msgspec
 
 from specgen.runtime.auth import new_join_secret
-from specgen.runtime.child_process import ChildProcess, log_tail, pid_alive
+from specgen.processes import pid_alive
+from specgen.runtime.child_process import ChildProcess, log_tail
 from specgen.runtime.client import Client
 from specgen.runtime.private_files import open_private
 from specgen.runtime.scheduler_backend import SchedulerEvaluationBackend
