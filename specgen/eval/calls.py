@@ -15,6 +15,10 @@ judge times the same path on both sides and nothing but the model differs:
    short), and no output but the right one matches the reference's digest. The inputs are
    digested the same way (other signs): a call that changed them shows.
 
+A timed trial (`Trial.staged`) also tells the judge when (1) and (2) are over, the device
+synchronized first (`TrialStage`): the judge's clock splits the trial into the windows of making
+the inputs, the call and the digest (eval/profiling.py says what is trusted of them, and why).
+
 Importing this module imports torch: it runs in runners only.
 """
 from __future__ import annotations
@@ -158,14 +162,29 @@ def input_digests(inputs: list[Any], digest_seed: int, device: str) -> list[floa
     return digests(inputs, digest_seed, INPUTS, device)
 
 
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
 def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Trial,
-              null_like: list[Any] | None = None) -> CallResult:
+              null_like: list[Any] | None = None,
+              mark: Callable[[str], None] | None = None) -> CallResult:
     """Make the trial's inputs, call, digest (see the module doc). `call=None` (a null trial)
-    digests `null_like` instead: tensors shaped like the outputs, made before the trial."""
+    digests `null_like` instead: tensors shaped like the outputs, made before the trial. `mark`
+    tells the judge a stage is over (a staged trial)."""
     device = problem.device
+
+    def stage(name: str) -> None:
+        if mark is not None:
+            synchronize(device)
+            mark(name)
+
     if call is None:
         leaves = null_like or []
         inputs = problem.inputs(trial.seed, trial.shape)
+        stage("made")
+        stage("called")
         return CallResult(leaves, output_digests(leaves, trial.digest_seed, device), [],
                           input_digests(inputs, trial.digest_seed, device))
     inputs = problem.inputs(trial.seed, trial.shape)
@@ -176,6 +195,8 @@ def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Tr
             if isinstance(held, torch.Tensor) and isinstance(new, torch.Tensor):
                 held.copy_(new)
         del fresh
+    stage("made")
     leaves = flatten(call(*inputs))
+    stage("called")
     return CallResult(leaves, output_digests(leaves, trial.digest_seed, device),
                       output_meta(leaves), input_digests(inputs, trial.digest_seed, device))

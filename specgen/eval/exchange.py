@@ -11,10 +11,13 @@ import contextlib
 import time
 from typing import Any, Callable, Iterator
 
+import msgspec
+
 from specgen.eval.device_turns import DeviceTurns
 from specgen.eval.findings import Findings, Stop
 from specgen.eval.runner_process import Runner
-from specgen.messages import Trial, TrialDone
+from specgen.eval.timing import Windows
+from specgen.messages import Trial, TrialDone, TrialStage
 
 
 class Exchange:
@@ -87,21 +90,43 @@ class Exchange:
             return self.cancelled()
         return check
 
-    def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, float]:
-        """One timed call: (reply, milliseconds from the request to the reply's timestamp)."""
-        sent = runner.send(trial)
-        received, why = runner.receive(self.deadline, self.timeout_setting(), self.cancelled,
-                                       kill_on_cancel=runner.role != "reference")
-        if received is None:
-            self.no_reply(runner, why, " (while timed)")
-        if not isinstance(received.message, TrialDone):
-            runner.kill()
-            self.findings.fail(f"the {runner.role} runner answered {type(received.message).__name__} "
-                               "to a timed call")
-            raise Stop
-        arrived = received.stamp_ns if received.stamp_ns is not None else \
-            time.clock_gettime_ns(time.CLOCK_REALTIME)
-        return received.message, (arrived - sent) / 1e6
+    def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, Windows | None]:
+        """One timed call, staged (Trial.staged): its reply and its windows in ms, from the
+        request to the kernel's receive stamps on the two stages and on the reply. A reply with
+        an error may come in place of a stage (the inputs or the call raised): no windows then."""
+        # The reference runner outlives the evaluation: a cancel waits for its whole reply, so
+        # that it is in step with the next request (a candidate runner is killed at once).
+        kept = runner.role == "reference"
+        stamps = [runner.send(msgspec.structs.replace(trial, staged=True))]
+        for stage in ("made", "called", None):
+            received, why = runner.receive(self.deadline, self.timeout_setting(),
+                                           (lambda: False) if kept else self.cancelled)
+            if received is None:
+                self.no_reply(runner, why, " (while timed)")
+            message = received.message
+            if isinstance(message, TrialDone) and (stage is None or message.error):
+                if kept and self.cancelled():
+                    self.no_reply(runner, "cancelled")
+                if stage is not None:
+                    return message, None
+                stamps.append(self._stamp(received.stamp_ns))
+                made, called, done = (b - a for a, b in zip(stamps, stamps[1:]))
+                return message, Windows(made=made / 1e6, call=called / 1e6, digest=done / 1e6)
+            if not (isinstance(message, TrialStage) and message.stage == stage
+                    and message.index == trial.index):
+                runner.kill()
+                what = f"stage {message.stage!r} of call {message.index}" \
+                    if isinstance(message, TrialStage) else type(message).__name__
+                expected = f"stage {stage!r} of call {trial.index}" if stage else "TrialDone"
+                self.findings.fail(f"the {runner.role} runner answered {what} to a timed call, "
+                                   f"where {expected} was due")
+                raise Stop
+            stamps.append(self._stamp(received.stamp_ns))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _stamp(stamp_ns: int | None) -> int:
+        return stamp_ns if stamp_ns is not None else time.clock_gettime_ns(time.CLOCK_REALTIME)
 
     def timeout_setting(self) -> str:
         return f"EvalOptions.timeout_s = {self.timeout_s:g} s"

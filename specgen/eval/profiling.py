@@ -1,11 +1,11 @@
 """The judge's timing (eval/judge.py; docs/evaluation.md, "Timing"): the reference's timing, taken
-before the candidate's code exists anywhere, the candidate's timed calls with the calls of nothing
-beside them, the speedup, and the physical floor no honest time goes below.
+before the candidate's code exists anywhere, the candidate's timed calls, the speedup, and the
+physical floor no honest time goes below.
 
-A trial's time is from the judge sending the request to the kernel's timestamp on the reply
-(eval/exchange.py). The same path timed with no call at all (the overhead) is measured in the
-reference runner and subtracted from both sides' medians alike; its spread is the resolution,
-below which no time is claimed.
+A timed call's windows (making the inputs, the call, the digest) run from the judge sending the
+request to the kernel's stamps on the runner's two stage messages and its reply
+(eval/exchange.py). Each call's own time is taken from them under the allowance of the reference's
+own timing (eval/timing.py), for the reference and the candidate alike.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from specgen.eval.findings import Findings, Stop
 from specgen.eval.floor import floor_ms
 from specgen.eval.inputs import Inputs
 from specgen.eval.output_checks import OutputChecks, Shipment
-from specgen.eval.timing import MIN_MS, TimingStats, net, summarize
+from specgen.eval.timing import MIN_MS, Allowance, TimingStats, Windows, net
 from specgen.messages import EvalOptions, ProblemLoaded, RefTiming, RunnerReady, Trial, TrialDone
 
 
@@ -64,42 +64,39 @@ class Profiler:
             self.findings.fail(f"{done.error} (the reference, not the candidate)")
             raise Stop
 
-    def nothing(self) -> float:
+    def nothing(self) -> Windows:
         """One timed call of nothing in the reference runner: the same path (inputs made, outputs
-        and inputs digested, the reply) with no call. What every call's time includes besides
-        the call."""
-        done, ms = self.exchange.timed(self.exchange.reference, self.inputs.trial(null=True))
-        if done.error:
+        and inputs digested, the reply) with no call."""
+        done, windows = self.exchange.timed(self.exchange.reference, self.inputs.trial(null=True))
+        if done.error or windows is None:
             self.findings.fail(f"the overhead could not be measured: {done.error}")
             raise Stop
-        return ms
-
-    def overhead_of(self, samples: list[float]) -> tuple[float, float]:
-        """(median, p75 - p25) of calls of nothing taken between the timed calls, topped up to
-        EvalOptions.overhead_trials: what is subtracted, and how finely the judge resolves."""
-        while len(samples) < max(self.options.overhead_trials, 3):
-            samples.append(self.nothing())
-        stats = summarize(samples)
-        return stats.median_ms, max(stats.p75_ms - stats.p25_ms, MIN_MS)
+        return windows
 
     # ------------------------------------------------------------------ the reference
-    def time_reference(self, compiled: bool = False) -> tuple[TimingStats, float, float]:
-        """The reference's timed calls (fresh inputs each), each followed by a call of nothing:
-        the overhead is measured under the same conditions (clocks, caches) as the calls."""
-        count = self.options.warmup + self.options.timing_trials
+    def time_reference(self, compiled: bool = False) -> tuple[TimingStats, Allowance, float]:
+        """The reference's timed calls (fresh inputs each), each followed by a call of nothing,
+        the calls of nothing topped up to EvalOptions.overhead_trials: (its times, the allowance
+        its windows give, the resolution)."""
+        options = self.options
         self._prime_nothing()
-        samples, nothing = [], []
-        for index in range(count):
-            done, ms = self.exchange.timed(self.exchange.reference, self.inputs.trial(compiled=compiled))
-            if done.error:
+        calls: list[Windows] = []
+        nothing: list[Windows] = []
+        for index in range(options.warmup + options.timing_trials):
+            done, windows = self.exchange.timed(self.exchange.reference,
+                                                self.inputs.trial(compiled=compiled))
+            if done.error or windows is None:
                 what = "torch.compile(Model)" if compiled else "the reference"
                 raise _ReferenceFailed(f"timing {what} failed: {done.error}")
             idle = self.nothing()
-            if index >= self.options.warmup:
-                samples.append(ms)
+            if index >= options.warmup:
+                calls.append(windows)
                 nothing.append(idle)
-        overhead, resolution = self.overhead_of(nothing)
-        return net(samples, overhead, resolution), overhead, resolution
+        while len(nothing) < max(options.overhead_trials, 3):
+            nothing.append(self.nothing())
+        allowance = Allowance.of(calls, nothing)
+        resolution = Allowance.resolution(calls, nothing)
+        return net(calls, allowance, resolution), allowance, resolution
 
     def measure_reference(self) -> None:
         """The reference's timing (unless cached) and the overhead, in the reference runner."""
@@ -107,7 +104,7 @@ class Profiler:
         if self.ref_timing is None:
             with self.exchange.turn(exclusive=True, candidate=False), self.findings.timed("ref_timing"):
                 try:
-                    stats, overhead, resolution = self.time_reference()
+                    stats, allowance, resolution = self.time_reference()
                     compiled = None
                     if options.compile_baseline:
                         try:
@@ -119,7 +116,8 @@ class Profiler:
                     raise Stop from None
             self.ref_timing = self.new_ref_timing = RefTiming(
                 ref_ms=stats.median_ms, ref_spread=stats.spread, ref_compiled_ms=compiled,
-                samples=stats.samples, overhead_ms=overhead, resolution_ms=resolution)
+                samples=stats.samples, overhead_ms=allowance.overhead_ms, resolution_ms=resolution,
+                made_ms=allowance.made_ms, digest_ms=allowance.digest_ms)
         else:
             self.findings.verdict.ref_cached = True
 
@@ -137,14 +135,14 @@ class Profiler:
             pooled.append(_Pooled(trial, done.digests, done.tol_norms, done.input_digests))
         return pooled
 
-    def _reference_call(self) -> float:
+    def _reference_call(self) -> Windows:
         """One timed call of the reference on fresh inputs, between the candidate's."""
-        done, ms = self.exchange.timed(self.exchange.reference, self.inputs.trial())
-        if done.error:
+        done, windows = self.exchange.timed(self.exchange.reference, self.inputs.trial())
+        if done.error or windows is None:
             self.findings.fail(f"timing the reference beside the candidate failed: {done.error} "
                                "(the reference, not the candidate)")
             raise Stop
-        return ms
+        return windows
 
     # ------------------------------------------------------------------ the candidate
     def profile(self, cuda: bool, ref_error_norms: list[float]) -> None:
@@ -164,35 +162,34 @@ class Profiler:
         shipments: list[Shipment] = []
         try:
             with self.exchange.turn(exclusive=True), findings.timed("timing"):
-                samples, overhead, beside = self._timed_calls(pool, ref_error_norms, shipments)
+                samples, beside = self._timed_calls(pool, ref_error_norms, shipments)
             with findings.timed("timed_checks"):
                 for shipment in shipments:
                     checks.compare_shipped(shipment)
         finally:
             for shipment in shipments:
                 shipment.close()
-        self._write_times(cuda, samples, overhead, beside)
+        self._write_times(cuda, samples, beside)
 
     def _timed_calls(self, pool: list[_Pooled], ref_error_norms: list[float],
-                     shipments: list[Shipment]) -> tuple[list[float], float, list[float]]:
-        """The candidate's timed calls on the pooled trials, each followed by a call of nothing,
-        and the reference's calls beside them: (samples, overhead, reference's samples) in ms.
-        The outputs of the calls picked for a full comparison are shipped into `shipments`."""
+                     shipments: list[Shipment]) -> tuple[list[Windows], list[Windows]]:
+        """The candidate's timed calls on the pooled trials, and the reference's calls beside
+        them: (the candidate's windows, the reference's). The outputs of the calls picked for a
+        full comparison are shipped into `shipments`."""
         options, findings = self.options, self.findings
         exchange, checks = self.exchange, self.checks
         count = len(pool)
         checked = self.inputs.pick(range(options.warmup, count),
                                    min(options.checked_timed_trials, options.timing_trials))
-        samples: list[float] = []
-        nothing: list[float] = []
-        beside: list[float] = []
+        samples: list[Windows] = []
+        beside: list[Windows] = []
         after_warmup = range(options.warmup, count)
         step = max(1, -(-len(after_warmup) // max(options.ref_beside_trials, 1)))
         ref_indices = set(after_warmup[::step]) if options.ref_beside_trials > 0 else set()
         for index, pooled in enumerate(pool):
-            done, ms = exchange.timed(exchange.candidate, pooled.trial)
+            done, windows = exchange.timed(exchange.candidate, pooled.trial)
             what = f"timed call {index}"
-            if done.error:
+            if done.error or windows is None:
                 findings.fail(f"{done.error} ({what})")
                 raise Stop
             checks.launches += done.launches
@@ -206,46 +203,38 @@ class Profiler:
                 checks.inputs_unchanged(done.input_digests, pooled.input_digests, what)
             if index in checked:
                 shipments.append(checks.ship_timed(pooled.trial, done, what))
-            # A call of nothing in the reference runner after each timed call: the overhead
-            # the candidate's times include, measured beside them, where the candidate's
-            # process cannot slow it down.
-            idle = self.nothing()
             if index >= options.warmup:
-                samples.append(ms)
-                nothing.append(idle)
+                samples.append(windows)
             if index in ref_indices:
                 beside.append(self._reference_call())
-        overhead, self.resolution_ms = self.overhead_of(nothing)
-        return samples, overhead, beside
+        return samples, beside
 
-    def _write_times(self, cuda: bool, samples: list[float], overhead: float,
-                     beside: list[float]) -> None:
+    def _write_times(self, cuda: bool, samples: list[Windows], beside: list[Windows]) -> None:
         """The verdict's times and speedup from the timed calls (see "Timing" in the docs)."""
         options, findings, verdict = self.options, self.findings, self.findings.verdict
         ref = self.ref_timing
-        # Capped at what the calls of nothing took beside the reference's own timing, when no
-        # candidate code existed: a candidate that keeps the host or the GPU busy between its
-        # calls would slow these calls of nothing, and so have more subtracted from its own time.
-        cap = ref.overhead_ms + ref.resolution_ms
-        if overhead > cap:
-            # Said in the verdict: the gap between the two is time the candidate is charged for
-            # that its calls themselves may not have taken (docs/evaluation.md, "Timing").
-            findings.notes.append(f"the calls of nothing beside the candidate took {overhead:.4f} ms "
-                                  f"(median); {cap:.4f} ms was subtracted, what they took beside "
-                                  "the reference's own timing plus its spread")
-            overhead = cap
-        # One resolution for both times: the coarser of the two measurements'. A time below it
-        # is counted as it, so no speedup is claimed that the noise of either could have made.
-        resolution = max(self.resolution_ms, ref.resolution_ms)
-        stats = net(samples, overhead, resolution)
-        # The reference as timed beside the candidate (same load, same overhead) where that is
-        # less than its cached timing, taken at another time: a host busier then than now would
-        # otherwise inflate the speedup (or make a slow candidate look fast). Never more than the
-        # cached timing, taken before any candidate code existed: a candidate that slows the
-        # reference's calls between its own gains nothing.
+        # Measured the same way as the reference's own timing: under the allowance its windows
+        # gave, taken before any candidate code existed, which the candidate's process cannot
+        # change. One resolution for both times, the reference's: a time below it is counted as
+        # it, so no speedup is claimed that the noise could have made.
+        allowance = Allowance(made_ms=ref.made_ms, digest_ms=ref.digest_ms,
+                              overhead_ms=ref.overhead_ms)
+        resolution = self.resolution_ms = max(ref.resolution_ms, MIN_MS)
+        stats = net(samples, allowance, resolution)
+        charged = statistics.median(allowance.excess(w) for w in samples)
+        if charged > resolution:
+            # Said in the verdict: time its process spent around the call (making the inputs, the
+            # digest) beyond what the reference's took counts as the call's.
+            findings.notes.append(f"making the inputs and the digest took {charged:.4f} ms (median) "
+                                  "longer than beside the reference's own timing: counted in the "
+                                  "candidate's time")
+        # The reference as timed beside the candidate (same load) where that is less than its
+        # cached timing, taken at another time: a host busier then than now would otherwise
+        # inflate the speedup (or make a slow candidate look fast). Never more than the cached
+        # timing: a candidate that slows the reference's calls between its own gains nothing.
         ref_ms = ref.ref_ms
         if beside:
-            now_ms = statistics.median(beside) - overhead
+            now_ms = statistics.median(allowance.net(w) for w in beside)
             if now_ms < ref_ms:
                 findings.notes.append(f"the reference timed beside the candidate: {now_ms:.4f} ms "
                                       f"(its cached timing: {ref_ms:.4f} ms)")
@@ -254,13 +243,13 @@ class Profiler:
         verdict.ref_ms, verdict.ref_compiled_ms = ref_ms, ref.ref_compiled_ms
         verdict.candidate_ms = stats.median_ms
         verdict.spread = stats.spread
-        verdict.overhead_ms = round(overhead, 6)
+        verdict.overhead_ms = round(statistics.median(allowance.taken_off(w) for w in samples), 6)
         verdict.speedup = ref_ms / stats.median_ms
         for what, ms in (("the candidate's", stats.median_ms), ("the reference's", ref_ms)):
             if ms <= resolution:
                 findings.notes.append(f"{what} time is at or below what the judge resolves here "
-                                      f"({resolution:.4f} ms, the spread of the calls of nothing): "
-                                      "counted as that")
+                                      f"({resolution:.4f} ms, the spread of a call of nothing and "
+                                      "of the reference's windows): counted as that")
         if cuda and options.floor_check:
             self._floor(stats.median_ms, resolution)
 
@@ -272,11 +261,11 @@ class Profiler:
             self.findings.notes.append(f"floor check skipped: no peak figures for {device_name}")
             return
         self.findings.verdict.floor_ms = floor
-        # Below half the floor by more than the judge resolves. The subtracted overhead is
-        # measured in the reference's process, not the candidate's, and the two differ by more
-        # than the calls of nothing's spread: an honest Triton sum over 1 GB read 0.169 ms against
-        # a floor of 0.306 ms on an H100 shared by four workers. Work skipped is caught by the
-        # digests; this flag is for times no device of the kind reaches.
+        # Below half the floor by more than the judge resolves. Half, because what is taken off
+        # comes from the reference's windows, not the candidate's own: with the overhead measured
+        # that way an honest Triton sum over 1 GB read 0.169 ms against a floor of 0.306 ms on an
+        # H100 shared by four workers. Work skipped is caught by the digests; this flag is for
+        # times no device of the kind reaches.
         if candidate_ms + resolution_ms < FLOOR_MARGIN * floor:
             self.findings.flag(f"beyond-floor: {candidate_ms:.4f} ms is below half the physical floor "
                                f"{floor:.4f} ms ({loaded.input_bytes + loaded.param_bytes} bytes"

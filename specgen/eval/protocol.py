@@ -207,6 +207,9 @@ class Channel:
             except BlockingIOError:
                 if spin_until and time.monotonic() >= spin_until:
                     spin_until = 0.0
+                # Spinning, but not against a process that has work on this core: the other
+                # runner's timed call on a host with few cores.
+                os.sched_yield()
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 continue

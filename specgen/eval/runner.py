@@ -12,7 +12,7 @@
 * **build**: executes a candidate's module once with `load_inline` compiling for real into its
   private /tmp, and sends back the records and the libraries; then exits.
 
-Every request gets exactly one reply; anything the candidate does (raise, exit, print) becomes
+Every request gets exactly one reply (a staged trial's `TrialStage`s come before it); anything the candidate does (raise, exit, print) becomes
 that reply's error, never a crash of the loop. The loop ends when the judge closes the channel.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from specgen.eval.protocol import Channel, ChannelClosed
 from specgen.messages import (Build, BuildResult, BuiltLibrary, Compare, Compared, LoadCandidate,
                               LoadProblem, OutputSlot, ParamsSet, ProblemLoaded, RunnerReady,
-                              SetParams, Ship, Shipped, Trial, TrialDone)
+                              SetParams, Ship, Shipped, Trial, TrialDone, TrialStage)
 
 _SPIN_S = 0.05            # after a trial, wait for the next request without sleeping this long
 _DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
@@ -181,7 +181,7 @@ class ReferenceRole:
             self.compiled = torch.compile(self.model)
         return self.compiled
 
-    def trial(self, trial: Trial) -> TrialDone:
+    def trial(self, trial: Trial, mark: Any = None) -> TrialDone:
         from specgen.eval.calls import run_trial
         from specgen.eval.compare import tol_norm
 
@@ -190,7 +190,7 @@ class ReferenceRole:
                           shape=trial.shape, bounds=trial.bounds, compiled=trial.compiled)
         try:
             done = run_trial(self.problem, None if trial.null else self._call(trial.compiled),
-                             trial, self.null_like)
+                             trial, self.null_like, mark)
         except BaseException as exc:  # noqa: BLE001
             return TrialDone(index=trial.index, error=f"problem {self.problem.name}: Model raised "
                                                       f"{_error(exc)}")
@@ -331,13 +331,13 @@ class CandidateRole:
         failed = [b for b in self.ledger.builds if not b.ok]
         return "".join(f"; extension {b.name} failed to build: {b.error}" for b in failed)
 
-    def trial(self, trial: Trial) -> TrialDone:
+    def trial(self, trial: Trial, mark: Any = None) -> TrialDone:
         from specgen.eval.calls import run_trial
 
         launches, errors = self.ledger.launches, len(self.ledger.errors)
         self.last, self.last_index = None, -1
         try:
-            done = run_trial(self.problem, self.model, trial)
+            done = run_trial(self.problem, self.model, trial, mark=mark)
         except BaseException as exc:  # noqa: BLE001 - a candidate may raise anything
             return TrialDone(index=trial.index, error=f"ModelNew raised: {_error(exc)}"
                              + self._build_errors(),
@@ -473,7 +473,7 @@ def serve(role: str, channel: Channel, device: str, started: float, address_spac
                 channel.send(reply)
                 break
             try:
-                reply = _dispatch(role, handler, message, fds)
+                reply = _dispatch(role, handler, message, fds, channel)
             except BaseException as exc:  # noqa: BLE001 - one reply per request, whatever happens
                 reply = TrialDone(index=-1, error=f"the {role} runner failed: {_error(exc)}")
             if isinstance(message, Trial):
@@ -493,8 +493,9 @@ def serve(role: str, channel: Channel, device: str, started: float, address_spac
     os._exit(0)
 
 
-def _dispatch(role: str, handler: Any, message: Any, fds: list[int]) -> Any:
-    """The handler's reply to one request (Ship and Compare take the fds sent with them)."""
+def _dispatch(role: str, handler: Any, message: Any, fds: list[int], channel: Channel) -> Any:
+    """The handler's reply to one request (Ship and Compare take the fds sent with them; a staged
+    trial tells the judge its stages on `channel` as it goes)."""
     loaded = handler.problem is not None
     if isinstance(message, LoadProblem) and role == "reference":
         return handler.load(message)
@@ -503,7 +504,12 @@ def _dispatch(role: str, handler: Any, message: Any, fds: list[int]) -> Any:
     if isinstance(message, Trial):
         if not loaded:
             return TrialDone(index=message.index, error=f"the {role} runner has nothing loaded")
-        return handler.trial(message)
+        index = message.index
+
+        def mark(stage: str) -> None:
+            channel.send(TrialStage(index=index, stage=stage))
+
+        return handler.trial(message, mark if message.staged else None)
     if isinstance(message, Ship) and role == "candidate":
         return handler.ship(message, fds)
     if isinstance(message, Compare) and role == "reference" and loaded:

@@ -17,7 +17,7 @@ from specgen.messages.runners import (
     TIMING_METHOD, Build, BuildRecord, BuildResult, BuiltLibrary, Compare, Compared, EvalOptions,
     ForkRunner, LoadCandidate, LoadProblem, OutputMeta, OutputSlot, ParamInfo, ParamsSet, ProblemLoaded,
     Proceed, RefTiming, RunnerExited, RunnerReady, RunnerReply, RunnerRequest, RunnerStarted, SetParams,
-    Ship, Shipped, Trial, TrialDone,
+    Ship, Shipped, Trial, TrialDone, TrialStage,
 )
 from specgen.messages.optimize import (
     CandidateRecord, ForkRecord, IterationRecord, JobMetrics, JobProgress, OptimizeEvent,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
-TIMING_METHOD = "j3"
+TIMING_METHOD = "j4"
 
 
 class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -76,8 +76,10 @@ class RefTiming(msgspec.Struct, kw_only=True):
     ref_spread: float                       # (p75 - p25) / median of its timings
     ref_compiled_ms: float | None = None    # the same for torch.compile(Model), when asked for
     samples: int = 0                        # timed calls the median is taken over
-    overhead_ms: float = 0.0                # the overhead subtracted (calls of nothing, same path)
-    resolution_ms: float = 0.0              # the overhead's spread then: no finer time was resolved
+    overhead_ms: float = 0.0                # the call window of a call of nothing (its median)
+    resolution_ms: float = 0.0              # no finer time resolved (eval/timing.py: Windows)
+    made_ms: float = 0.0                    # median windows of its timed calls: making the inputs,
+    digest_ms: float = 0.0                  # and the digest; the most a call's own are subtracted
 
 
 class ParamInfo(msgspec.Struct, kw_only=True, array_like=True):
@@ -143,6 +145,8 @@ class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
     null: bool = False                      # make the inputs and the digest, call nothing
     compiled: bool = False                  # reference only: call torch.compile(Model)
     bounds: bool = False                    # reference only: also the norm of the tolerance
+    staged: bool = False                    # timed: a TrialStage once the inputs are made and once
+    #                                         the call returned, the device synchronized before each
 
 
 class Ship(msgspec.Struct, kw_only=True, tag="ship"):
@@ -231,6 +235,14 @@ class TrialDone(msgspec.Struct, kw_only=True, tag="trial_done", omit_defaults=Tr
     kernel_errors: list[str] = []           # candidate: errors its kernels raised during the call
 
 
+class TrialStage(msgspec.Struct, kw_only=True, tag="trial_stage"):
+    """Where a timed trial (Trial.staged) has got to. Only its kernel receive stamp is used: it
+    ends the window of making the inputs ("made") or of the call ("called")."""
+
+    index: int
+    stage: str                              # "made" or "called"
+
+
 class Shipped(msgspec.Struct, kw_only=True, tag="shipped"):
     index: int
     error: str | None = None
@@ -300,5 +312,5 @@ class RunnerExited(msgspec.Struct, kw_only=True, tag="exited"):
     status: int                             # its exit code, or 128 + the signal that killed it
 
 
-RunnerReply = (RunnerReady | ProblemLoaded | TrialDone | Shipped | Compared | ParamsSet
+RunnerReply = (RunnerReady | ProblemLoaded | TrialDone | TrialStage | Shipped | Compared | ParamsSet
                | BuildResult | RunnerStarted | RunnerExited)

@@ -1,40 +1,50 @@
-"""The verdict's times from the timed calls: the overhead subtracted and its cap."""
+"""The verdict's times from the timed calls' windows, under the reference's allowance."""
 from __future__ import annotations
 
 import pytest
 
 from specgen.eval.findings import Findings
 from specgen.eval.profiling import Profiler
+from specgen.eval.timing import Windows
 from specgen.messages import EvalOptions, RefTiming
 
-REF = RefTiming(ref_ms=2.0, ref_spread=0.01, samples=10, overhead_ms=0.30, resolution_ms=0.02)
+REF = RefTiming(ref_ms=2.0, ref_spread=0.01, samples=10, overhead_ms=0.02, resolution_ms=0.01,
+                made_ms=1.0, digest_ms=0.5)
 
 
 def profiler() -> Profiler:
     # Only the timing settings, the findings and the reference's timing take part here.
     found = Findings("cpu", cuda=False)
-    made = Profiler(found, None, None, None, EvalOptions(), None, None, REF)  # type: ignore[arg-type]
-    made.resolution_ms = 0.02
-    return made
+    return Profiler(found, None, None, None, EvalOptions(), None, None, REF)  # type: ignore[arg-type]
 
 
-def test_the_overhead_measured_beside_the_candidate_is_subtracted_below_the_cap() -> None:
+def test_the_call_window_less_an_empty_one_is_the_candidates_time() -> None:
     made = profiler()
-    made._write_times(False, [1.25, 1.3, 1.35], overhead=0.30, beside=[])
+    made._write_times(False, [Windows(made=0.9, call=c, digest=0.45) for c in (0.97, 1.02, 1.07)],
+                      beside=[])
     verdict = made.findings.verdict
-    assert verdict.overhead_ms == pytest.approx(0.30)
     assert verdict.candidate_ms == pytest.approx(1.0)
     assert verdict.speedup == pytest.approx(2.0)
-    assert not any("calls of nothing" in note for note in made.findings.notes)
+    assert verdict.overhead_ms == pytest.approx(0.9 + 0.45 + 0.02)
+    assert not any("longer than beside" in note for note in made.findings.notes)
 
 
-def test_slower_calls_of_nothing_are_capped_and_the_verdict_says_by_how_much() -> None:
-    """A candidate that keeps the machine busy between its calls slows the calls of nothing: it is
-    charged that time (not helped by it), and the note gives both figures."""
+def test_slower_inputs_and_digest_are_charged_and_the_verdict_says_by_how_much() -> None:
+    """A candidate that does its work before saying its inputs are made, or after saying its call
+    returned, is charged what those windows took beyond the reference's."""
     made = profiler()
-    made._write_times(False, [1.25, 1.3, 1.35], overhead=0.90, beside=[])
+    made._write_times(False, [Windows(made=1.6, call=0.42, digest=0.5)] * 3, beside=[])
     verdict = made.findings.verdict
-    assert verdict.overhead_ms == pytest.approx(0.32)           # the reference's, plus its spread
-    assert verdict.candidate_ms == pytest.approx(0.98)
-    (note,) = [n for n in made.findings.notes if "beside the candidate took" in n]
-    assert "0.9000 ms" in note and "0.3200 ms was subtracted" in note
+    assert verdict.candidate_ms == pytest.approx(1.0)
+    (note,) = [n for n in made.findings.notes if "longer than beside" in n]
+    assert "0.6000 ms" in note
+
+
+def test_the_reference_timed_beside_is_taken_only_when_lower() -> None:
+    made = profiler()
+    calls = [Windows(made=1.0, call=1.02, digest=0.5)] * 3
+    made._write_times(False, calls, beside=[Windows(made=1.0, call=1.52, digest=0.5)] * 3)
+    assert made.findings.verdict.ref_ms == pytest.approx(1.5)
+    slower = profiler()
+    slower._write_times(False, calls, beside=[Windows(made=1.0, call=3.02, digest=0.5)] * 3)
+    assert slower.findings.verdict.ref_ms == pytest.approx(2.0)
