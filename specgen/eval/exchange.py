@@ -104,14 +104,15 @@ class Exchange:
             if received is None:
                 self.no_reply(runner, why, " (while timed)")
             message = received.message
+            stamps.append(received.stamp_ns if received.stamp_ns is not None
+                          else time.clock_gettime_ns(time.CLOCK_REALTIME))
             if isinstance(message, TrialDone) and (stage is None or message.error):
                 if kept and self.cancelled():
                     self.no_reply(runner, "cancelled")
                 if stage is not None:
                     return message, None
-                stamps.append(self._stamp(received.stamp_ns))
-                made, called, done = (b - a for a, b in zip(stamps, stamps[1:]))
-                return message, Windows(made=made / 1e6, call=called / 1e6, digest=done / 1e6)
+                made, call, digest = ((b - a) / 1e6 for a, b in zip(stamps, stamps[1:]))
+                return message, Windows(made=made, call=call, digest=digest)
             if not (isinstance(message, TrialStage) and message.stage == stage
                     and message.index == trial.index):
                 runner.kill()
@@ -121,12 +122,7 @@ class Exchange:
                 self.findings.fail(f"the {runner.role} runner answered {what} to a timed call, "
                                    f"where {expected} was due")
                 raise Stop
-            stamps.append(self._stamp(received.stamp_ns))
         raise AssertionError("unreachable")
-
-    @staticmethod
-    def _stamp(stamp_ns: int | None) -> int:
-        return stamp_ns if stamp_ns is not None else time.clock_gettime_ns(time.CLOCK_REALTIME)
 
     def timeout_setting(self) -> str:
         return f"EvalOptions.timeout_s = {self.timeout_s:g} s"

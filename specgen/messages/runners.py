@@ -28,7 +28,7 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     # --- profiling
     warmup: int = 3                         # timed calls whose times are not used
     timing_trials: int = 50                 # timed calls after the warm-up, each on fresh inputs
-    overhead_trials: int = 15               # at least this many calls of nothing (one follows each timed call)
+    overhead_trials: int = 15               # at least this many calls of nothing (one follows each of the reference's timed calls)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
     ref_beside_trials: int = 15             # reference calls timed between the candidate's (0: none)
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
