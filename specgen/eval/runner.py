@@ -12,8 +12,9 @@
 * **build**: executes a candidate's module once with `load_inline` compiling for real into its
   private /tmp, and sends back the records and the libraries; then exits.
 
-Every request gets exactly one reply (a staged trial's `TrialStage`s come before it); anything the candidate does (raise, exit, print) becomes
-that reply's error, never a crash of the loop. The loop ends when the judge closes the channel.
+Every request gets exactly one reply (a staged trial's `TrialStage`s come before it); anything
+the candidate does (raise, exit, print) becomes that reply's error, never a crash of the loop. The
+loop ends when the judge closes the channel.
 """
 from __future__ import annotations
 
