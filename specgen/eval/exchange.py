@@ -8,6 +8,7 @@ candidate runner is stopped, so nothing of it runs beside another worker's timin
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any, Callable, Iterator
 
@@ -18,6 +19,24 @@ from specgen.eval.findings import Findings, Stop
 from specgen.eval.runner_process import Runner
 from specgen.eval.timing import Windows
 from specgen.messages import Trial, TrialDone, TrialStage
+
+
+@contextlib.contextmanager
+def _not_preempting() -> Iterator[None]:
+    """This thread as SCHED_BATCH while it times. Each stage message of a timed call wakes the
+    judge; on a host with few cores a woken thread of the normal policy may take the core of the
+    runner that sent it, and the judge's reading of the message then lies in the runner's next
+    window. A batch thread is not run ahead of the thread it would preempt."""
+    try:
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (OSError, AttributeError):          # not Linux, or not allowed: times as before
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, policy, param)
 
 
 class Exchange:
@@ -46,8 +65,11 @@ class Exchange:
         # (timing_wait).
         waited = "timing_wait" if exclusive else "turn_wait"
         began = time.perf_counter()
-        with self.turns.exclusive() if exclusive else self.turns.shared():
+        with self.turns.exclusive() if exclusive else self.turns.shared(), \
+                contextlib.ExitStack() as timing:
             seconds[waited] = seconds.get(waited, 0.0) + time.perf_counter() - began
+            if exclusive:
+                timing.enter_context(_not_preempting())
             outer = candidate and not self._candidate_running
             if outer:
                 self.candidate.resume()
@@ -90,14 +112,16 @@ class Exchange:
             return self.cancelled()
         return check
 
-    def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, Windows | None]:
+    def timed(self, runner: Runner, trial: Trial, next_soon: bool = True
+              ) -> tuple[TrialDone, Windows | None]:
         """One timed call, staged (Trial.staged): its reply and its windows in ms, from the
         request to the kernel's receive stamps on the two stages and on the reply. A reply with
-        an error may come in place of a stage (the inputs or the call raised): no windows then."""
+        an error may come in place of a stage (the inputs or the call raised): no windows then.
+        `next_soon`: this runner's next request follows at once (Trial.next_soon)."""
         # The reference runner outlives the evaluation: a cancel waits for its whole reply, so
         # that it is in step with the next request (a candidate runner is killed at once).
         kept = runner.role == "reference"
-        stamps = [runner.send(msgspec.structs.replace(trial, staged=True))]
+        stamps = [runner.send(msgspec.structs.replace(trial, staged=True, next_soon=next_soon))]
         for stage in ("made", "called", None):
             received, why = runner.receive(self.deadline, self.timeout_setting(),
                                            (lambda: False) if kept else self.cancelled)

@@ -137,7 +137,8 @@ class Profiler:
 
     def _reference_call(self) -> Windows:
         """One timed call of the reference on fresh inputs, between the candidate's."""
-        done, windows = self.exchange.timed(self.exchange.reference, self.inputs.trial())
+        done, windows = self.exchange.timed(self.exchange.reference, self.inputs.trial(),
+                                            next_soon=False)
         if done.error or windows is None:
             self.findings.fail(f"timing the reference beside the candidate failed: {done.error} "
                                "(the reference, not the candidate)")
@@ -187,7 +188,8 @@ class Profiler:
         step = max(1, -(-len(after_warmup) // max(options.ref_beside_trials, 1)))
         ref_indices = set(after_warmup[::step]) if options.ref_beside_trials > 0 else set()
         for index, pooled in enumerate(pool):
-            done, windows = exchange.timed(exchange.candidate, pooled.trial)
+            done, windows = exchange.timed(exchange.candidate, pooled.trial,
+                                           next_soon=index not in ref_indices)
             what = f"timed call {index}"
             if done.error or windows is None:
                 findings.fail(f"{done.error} ({what})")

@@ -477,10 +477,12 @@ def serve(role: str, channel: Channel, device: str, started: float, address_spac
                 reply = _dispatch(role, handler, message, fds, channel)
             except BaseException as exc:  # noqa: BLE001 - one reply per request, whatever happens
                 reply = TrialDone(index=-1, error=f"the {role} runner failed: {_error(exc)}")
-            if isinstance(message, Trial):
-                # The next timed call comes at once: wait for it without sleeping (a reference
-                # digesting calls for later, `bounds`, is not timed and sleeps).
-                spin = 0.0 if message.bounds else _SPIN_S
+            if isinstance(message, Trial) and message.next_soon:
+                # The next timed call comes at once: wait for it without sleeping, so that
+                # waking up is not in its first window. Only then: a runner spinning while the
+                # other runner is timed would slow it on a host with few cores (or on the other
+                # thread of one core).
+                spin = _SPIN_S
             if isinstance(message, (Ship, Compare)):
                 fds = []          # handed to (and closed by) the handler
             for fd in fds:

@@ -147,6 +147,7 @@ class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
     bounds: bool = False                    # reference only: also the norm of the tolerance
     staged: bool = False                    # timed: a TrialStage once the inputs are made and once
     #                                         the call returned, the device synchronized before each
+    next_soon: bool = False                 # the next request comes at once: wait for it spinning
 
 
 class Ship(msgspec.Struct, kw_only=True, tag="ship"):

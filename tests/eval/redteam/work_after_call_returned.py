@@ -1,7 +1,10 @@
 # problem: softmax
-# expect: honest-speed 1.5
-"""Returns an empty output at once and fills it when its runner digests the output, after the
-runner has told the judge the call returned (a timed call's last window)."""
+# expect: honest-speed 0.5
+"""Returns an empty output at once and does its work (the softmax and 2 ms more: a slow kernel,
+honestly at most 0.5x the reference) when its runner digests the output, after the runner has
+told the judge the call returned (a timed call's last window)."""
+import time
+
 import torch
 import torch.nn as nn
 
@@ -15,6 +18,7 @@ def _fill_then_digest(leaves, *args, **kwargs):
     while _pending:
         x, out = _pending.pop()
         torch.softmax(x, dim=-1, out=out)
+        time.sleep(0.002)           # the rest of a slow kernel's work
     return _digests(leaves, *args, **kwargs)
 
 

@@ -1,7 +1,10 @@
 # problem: softmax
-# expect: honest-speed 1.5
-"""Computes its output while its runner makes the inputs, before the runner tells the judge they
-are made (a timed call's first window), so the call itself only hands the result back."""
+# expect: honest-speed 0.5
+"""Does its work (the softmax and 2 ms more: a slow kernel, honestly at most 0.5x the reference)
+while its runner makes the inputs, before the runner tells the judge they are made (a timed
+call's first window), so the call itself only hands the result back."""
+import time
+
 import torch
 import torch.nn as nn
 
@@ -15,6 +18,7 @@ def _inputs_and_work(self, seed, shape):
     made = _inputs(self, seed, shape)
     _done.clear()
     _done[made[0].data_ptr()] = torch.softmax(made[0], dim=-1)
+    time.sleep(0.002)               # the rest of a slow kernel's work
     return made
 
 
