@@ -47,7 +47,7 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     stage_seconds: dict[str, float] = {}    # wall time per stage: compile, correctness, timing, ...
     ref_cached: bool = False                # ref_ms came from the per-problem reference-timing cache
     floor_ms: float | None = None           # physical floor of the problem on this device, when known
-    overhead_ms: float | None = None        # per-call overhead the judge subtracted from both times
+    overhead_ms: float | None = None        # what was taken off a timed call's whole time (median)
     notes: list[str] = []                   # checks skipped and why (e.g. no second shape possible)
     sandbox: str = "none"                   # how the run was isolated: "namespaces" | "none"
 
