@@ -112,16 +112,14 @@ class Exchange:
             return self.cancelled()
         return check
 
-    def timed(self, runner: Runner, trial: Trial, next_soon: bool = True
-              ) -> tuple[TrialDone, Windows | None]:
+    def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, Windows | None]:
         """One timed call, staged (Trial.staged): its reply and its windows in ms, from the
         request to the kernel's receive stamps on the two stages and on the reply. A reply with
-        an error may come in place of a stage (the inputs or the call raised): no windows then.
-        `next_soon`: this runner's next request follows at once (Trial.next_soon)."""
+        an error may come in place of a stage (the inputs or the call raised): no windows then."""
         # The reference runner outlives the evaluation: a cancel waits for its whole reply, so
         # that it is in step with the next request (a candidate runner is killed at once).
         kept = runner.role == "reference"
-        stamps = [runner.send(msgspec.structs.replace(trial, staged=True, next_soon=next_soon))]
+        stamps = [runner.send(msgspec.structs.replace(trial, staged=True))]
         for stage in ("made", "called", None):
             received, why = runner.receive(self.deadline, self.timeout_setting(),
                                            (lambda: False) if kept else self.cancelled)

@@ -135,14 +135,16 @@ class Profiler:
             pooled.append(_Pooled(trial, done.digests, done.tol_norms, done.input_digests))
         return pooled
 
-    def _reference_call(self) -> Windows:
-        """One timed call of the reference on fresh inputs, between the candidate's."""
-        done, windows = self.exchange.timed(self.exchange.reference, self.inputs.trial(),
-                                            next_soon=False)
+    def _reference_call(self) -> Windows | None:
+        """One timed call of the problem's Model on fresh inputs in the candidate's runner,
+        between the candidate's calls: the same process, under the same load. None if it failed
+        there (a note says why): the candidate's process may have broken it."""
+        done, windows = self.exchange.timed(self.exchange.candidate,
+                                            self.inputs.trial(reference=True))
         if done.error or windows is None:
-            self.findings.fail(f"timing the reference beside the candidate failed: {done.error} "
-                               "(the reference, not the candidate)")
-            raise Stop
+            self.findings.notes.append(f"the reference could not be timed in the candidate's "
+                                       f"runner: {done.error}")
+            return None
         return windows
 
     # ------------------------------------------------------------------ the candidate
@@ -174,9 +176,9 @@ class Profiler:
 
     def _timed_calls(self, pool: list[_Pooled], ref_error_norms: list[float],
                      shipments: list[Shipment]) -> tuple[list[Windows], list[Windows]]:
-        """The candidate's timed calls on the pooled trials, and the reference's calls beside
-        them: (the candidate's windows, the reference's). The outputs of the calls picked for a
-        full comparison are shipped into `shipments`."""
+        """The candidate's timed calls on the pooled trials, and the reference's calls between
+        them in the candidate's runner: (the candidate's windows, the reference's). The outputs
+        of the calls picked for a full comparison are shipped into `shipments`."""
         options, findings = self.options, self.findings
         exchange, checks = self.exchange, self.checks
         count = len(pool)
@@ -188,8 +190,7 @@ class Profiler:
         step = max(1, -(-len(after_warmup) // max(options.ref_beside_trials, 1)))
         ref_indices = set(after_warmup[::step]) if options.ref_beside_trials > 0 else set()
         for index, pooled in enumerate(pool):
-            done, windows = exchange.timed(exchange.candidate, pooled.trial,
-                                           next_soon=index not in ref_indices)
+            done, windows = exchange.timed(exchange.candidate, pooled.trial)
             what = f"timed call {index}"
             if done.error or windows is None:
                 findings.fail(f"{done.error} ({what})")
@@ -208,7 +209,11 @@ class Profiler:
             if index >= options.warmup:
                 samples.append(windows)
             if index in ref_indices:
-                beside.append(self._reference_call())
+                windows = self._reference_call()
+                if windows is None:
+                    ref_indices = set()
+                else:
+                    beside.append(windows)
         return samples, beside
 
     def _write_times(self, cuda: bool, samples: list[Windows], beside: list[Windows]) -> None:
@@ -230,16 +235,18 @@ class Profiler:
             findings.notes.append(f"making the inputs and the digest took {charged:.4f} ms (median) "
                                   "longer than beside the reference's own timing: counted in the "
                                   "candidate's time")
-        # The reference as timed beside the candidate (same load) where that is less than its
-        # cached timing, taken at another time: a host busier then than now would otherwise
-        # inflate the speedup (or make a slow candidate look fast). Never more than the cached
-        # timing: a candidate that slows the reference's calls between its own gains nothing.
+        # The reference as timed in the candidate's runner, between its calls, where that is
+        # less than its own timing: the same process under the same load. A host busier then
+        # than now, or a runner process slower than the candidate's (seen on a 2-core host: one
+        # process makes every window 1.5x longer than the next), would otherwise make a
+        # candidate look faster than it is. Never more than the reference's own timing: the
+        # candidate's process could slow these calls, and then gains nothing.
         ref_ms = ref.ref_ms
         if beside:
             now_ms = statistics.median(allowance.net(w) for w in beside)
             if now_ms < ref_ms:
-                findings.notes.append(f"the reference timed beside the candidate: {now_ms:.4f} ms "
-                                      f"(its cached timing: {ref_ms:.4f} ms)")
+                findings.notes.append(f"the reference timed in the candidate's runner: {now_ms:.4f} "
+                                      f"ms (its own timing: {ref_ms:.4f} ms)")
                 ref_ms = now_ms
         ref_ms = max(ref_ms, resolution)
         verdict.ref_ms, verdict.ref_compiled_ms = ref_ms, ref.ref_compiled_ms

@@ -288,6 +288,7 @@ class CandidateRole:
         self.last: Any = None
         self.last_index = -1
         self.params: Any = None
+        self.reference_model: Any = None
 
     def load(self, request: LoadCandidate) -> ProblemLoaded:
         from specgen.eval import extensions
@@ -335,6 +336,8 @@ class CandidateRole:
     def trial(self, trial: Trial, mark: Any = None) -> TrialDone:
         from specgen.eval.calls import run_trial
 
+        if trial.reference:
+            return self._reference_trial(trial, mark)
         launches, errors = self.ledger.launches, len(self.ledger.errors)
         self.last, self.last_index = None, -1
         try:
@@ -349,6 +352,18 @@ class CandidateRole:
                          input_digests=done.input_digests,
                          launches=self.ledger.launches - launches,
                          kernel_errors=self.ledger.errors[errors:errors + 3])
+
+    def _reference_trial(self, trial: Trial, mark: Any) -> TrialDone:
+        """The problem's Model, built here on first use, called as a timed trial (Trial.reference)."""
+        from specgen.eval.calls import run_trial
+
+        try:
+            if self.reference_model is None:
+                self.reference_model = self.problem.build(self.problem.module.Model)
+            done = run_trial(self.problem, self.reference_model, trial, mark=mark)
+        except BaseException as exc:  # noqa: BLE001 - the candidate's process may break anything
+            return TrialDone(index=trial.index, error=f"Model raised: {_error(exc)}")
+        return TrialDone(index=trial.index, digests=done.digests, outputs=done.metas)
 
     def ship(self, request: Ship, fds: list[int]) -> Shipped:
         import torch
@@ -477,11 +492,9 @@ def serve(role: str, channel: Channel, device: str, started: float, address_spac
                 reply = _dispatch(role, handler, message, fds, channel)
             except BaseException as exc:  # noqa: BLE001 - one reply per request, whatever happens
                 reply = TrialDone(index=-1, error=f"the {role} runner failed: {_error(exc)}")
-            if isinstance(message, Trial) and message.next_soon:
-                # The next timed call comes at once: wait for it without sleeping, so that
-                # waking up is not in its first window. Only then: a runner spinning while the
-                # other runner is timed would slow it on a host with few cores (or on the other
-                # thread of one core).
+            if isinstance(message, Trial) and message.staged:
+                # The next timed call comes at once (the judge times one runner at a time): wait
+                # for it without sleeping, so that waking up is not in its first window.
                 spin = _SPIN_S
             if isinstance(message, (Ship, Compare)):
                 fds = []          # handed to (and closed by) the handler

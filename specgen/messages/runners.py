@@ -30,7 +30,7 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     timing_trials: int = 50                 # timed calls after the warm-up, each on fresh inputs
     overhead_trials: int = 15               # at least this many calls of nothing (one follows each of the reference's timed calls)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
-    ref_beside_trials: int = 15             # reference calls timed between the candidate's (0: none)
+    ref_beside_trials: int = 15             # reference calls timed in the candidate's runner (0: none)
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
     cache_ref_timing: bool = True           # reuse the reference's timing per problem/device/settings
     floor_check: bool = True                # flag times below the memory-bandwidth/compute floor
@@ -144,10 +144,12 @@ class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
     #                                         the same tensors, call again: the digest is the second's
     null: bool = False                      # make the inputs and the digest, call nothing
     compiled: bool = False                  # reference only: call torch.compile(Model)
+    reference: bool = False                 # candidate only: call the problem's Model (timed in
+    #                                         the candidate's process: its time is only ever
+    #                                         taken when lower than the reference's own)
     bounds: bool = False                    # reference only: also the norm of the tolerance
     staged: bool = False                    # timed: a TrialStage once the inputs are made and once
     #                                         the call returned, the device synchronized before each
-    next_soon: bool = False                 # the next request comes at once: wait for it spinning
 
 
 class Ship(msgspec.Struct, kw_only=True, tag="ship"):
