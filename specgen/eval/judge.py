@@ -97,11 +97,11 @@ class Judge:
     def _run(self, stage: str) -> None:
         findings = self.findings
         if stage in ("profile", "full"):
-            # The reference's own timing is measured before the candidate's code exists
-            # anywhere: a candidate's busy thread or GPU kernel cannot slow the reference
-            # (inflating its speedup). The overhead subtracted from the candidate's times is
-            # measured beside them, and capped at this measurement's (see Profiler.profile).
+            # The reference is timed before the candidate's code exists anywhere, so that a
+            # candidate's busy thread or GPU kernel cannot slow it (inflating its speedup): in
+            # the reference runner, and in the candidate's runner before its module is loaded.
             self.profiler.measure_reference()
+            self.profiler.measure_local(self.problem.load)
         with findings.timed("load"):
             self._load()
         if stage in ("validate", "full"):

@@ -1,15 +1,16 @@
-"""The judge's timing (eval/judge.py; docs/evaluation.md, "Timing"): the reference's timing, taken
-before the candidate's code exists anywhere, the candidate's timed calls, the speedup, and the
-physical floor no honest time goes below.
+"""The judge's timing (eval/judge.py; docs/evaluation.md, "Timing"): the reference's timings, the
+candidate's timed calls, the speedup, and the physical floor no honest time goes below.
 
-A timed call's windows (making the inputs, the call, the digest) run from the judge sending the
-request to the kernel's stamps on the runner's two stage messages and its reply
-(eval/exchange.py). Each call's own time is taken from them under the allowance of the reference's
-own timing (eval/timing.py), for the reference and the candidate alike.
+The reference is timed twice before any candidate code runs anywhere: in the reference runner
+(its own timing, cached per problem) and in the candidate's runner before the candidate's module
+is loaded there (the timing the candidate is measured against: the same process). A timed call's
+windows (making the inputs, the call, the digest) run from the judge sending the request to the
+kernel's stamps on the runner's two stage messages and its reply (eval/exchange.py). Each call's
+own time is taken from them under the allowance of the reference's windows in that same process
+(eval/timing.py), for the reference and the candidate alike.
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from specgen.eval.exchange import Exchange
@@ -18,7 +19,9 @@ from specgen.eval.floor import floor_ms
 from specgen.eval.inputs import Inputs
 from specgen.eval.output_checks import OutputChecks, Shipment
 from specgen.eval.timing import MIN_MS, Allowance, TimingStats, Windows, net
-from specgen.messages import EvalOptions, ProblemLoaded, RefTiming, RunnerReady, Trial, TrialDone
+from specgen.eval.runner_process import Runner
+from specgen.messages import (EvalOptions, LoadProblem, ProblemLoaded, RefTiming, RunnerReady, Trial,
+                              TrialDone)
 
 
 FLOOR_MARGIN = 0.5          # beyond-floor: under this share of the physical floor
@@ -26,6 +29,14 @@ FLOOR_MARGIN = 0.5          # beyond-floor: under this share of the physical flo
 
 class _ReferenceFailed(Exception):
     pass
+
+
+def _ref_timing(stats: TimingStats, allowance: Allowance, resolution: float,
+                compiled_ms: float | None) -> RefTiming:
+    return RefTiming(ref_ms=stats.median_ms, ref_spread=stats.spread, ref_compiled_ms=compiled_ms,
+                     samples=stats.samples, overhead_ms=allowance.overhead_ms,
+                     resolution_ms=resolution, made_ms=allowance.made_ms,
+                     digest_ms=allowance.digest_ms)
 
 
 @dataclass
@@ -52,74 +63,98 @@ class Profiler:
         self.ready = ready
         self.ref_timing = ref_timing
         self.new_ref_timing: RefTiming | None = None
+        self.local: RefTiming | None = None     # the reference in the candidate's runner
         self.resolution_ms = MIN_MS
 
-    # ------------------------------------------------------------------ the calls of nothing
-    def _prime_nothing(self) -> None:
-        """One real call in the reference runner: the calls of nothing digest tensors shaped like
-        its last outputs."""
-        done: TrialDone = self.exchange.ask(self.exchange.reference, self.inputs.trial(),
-                                            TrialDone).message
+    # ------------------------------------------------------------------ the reference
+    def _prime_nothing(self, runner: Runner) -> None:
+        """One real call of the reference in `runner`: its calls of nothing digest tensors shaped
+        like its last outputs."""
+        done: TrialDone = self.exchange.ask(runner, self.inputs.trial(
+            reference=runner is self.exchange.candidate), TrialDone).message
         if done.error:
             self.findings.fail(f"{done.error} (the reference, not the candidate)")
             raise Stop
 
-    def nothing(self) -> Windows:
-        """One timed call of nothing in the reference runner: the same path (inputs made, outputs
-        and inputs digested, the reply) with no call."""
-        done, windows = self.exchange.timed(self.exchange.reference, self.inputs.trial(null=True))
+    def nothing(self, runner: Runner) -> Windows:
+        """One timed call of nothing in `runner`: the same path (inputs made, outputs and inputs
+        digested, the reply) with no call."""
+        done, windows = self.exchange.timed(runner, self.inputs.trial(
+            null=True, reference=runner is self.exchange.candidate))
         if done.error or windows is None:
             self.findings.fail(f"the overhead could not be measured: {done.error}")
             raise Stop
         return windows
 
-    # ------------------------------------------------------------------ the reference
-    def time_reference(self, compiled: bool = False) -> tuple[TimingStats, Allowance, float]:
-        """The reference's timed calls (fresh inputs each), each followed by a call of nothing,
-        the calls of nothing topped up to EvalOptions.overhead_trials: (its times, the allowance
-        its windows give, the resolution)."""
+    def time_reference(self, runner: Runner, trials: int, compiled: bool = False
+                       ) -> tuple[TimingStats, Allowance, float]:
+        """The reference's timed calls in `runner` (fresh inputs each), each followed by a call of
+        nothing, the calls of nothing topped up to EvalOptions.overhead_trials (at most `trials`):
+        (its times, the allowance its windows give, the resolution)."""
         options = self.options
-        self._prime_nothing()
+        self._prime_nothing(runner)
         calls: list[Windows] = []
         nothing: list[Windows] = []
-        for index in range(options.warmup + options.timing_trials):
-            done, windows = self.exchange.timed(self.exchange.reference,
-                                                self.inputs.trial(compiled=compiled))
+        for index in range(options.warmup + trials):
+            done, windows = self.exchange.timed(runner, self.inputs.trial(
+                compiled=compiled, reference=runner is self.exchange.candidate))
             if done.error or windows is None:
                 what = "torch.compile(Model)" if compiled else "the reference"
                 raise _ReferenceFailed(f"timing {what} failed: {done.error}")
-            idle = self.nothing()
+            idle = self.nothing(runner)
             if index >= options.warmup:
                 calls.append(windows)
                 nothing.append(idle)
-        while len(nothing) < max(options.overhead_trials, 3):
-            nothing.append(self.nothing())
+        while len(nothing) < max(min(options.overhead_trials, trials), 3):
+            nothing.append(self.nothing(runner))
         allowance = Allowance.of(calls, nothing)
         resolution = Allowance.resolution(calls, nothing)
         return net(calls, allowance, resolution), allowance, resolution
 
     def measure_reference(self) -> None:
-        """The reference's timing (unless cached) and the overhead, in the reference runner."""
-        options = self.options
+        """The reference's own timing (unless cached), in the reference runner."""
+        options, reference = self.options, self.exchange.reference
         if self.ref_timing is None:
             with self.exchange.turn(exclusive=True, candidate=False), self.findings.timed("ref_timing"):
                 try:
-                    stats, allowance, resolution = self.time_reference()
+                    timing = self.time_reference(reference, options.timing_trials)
                     compiled = None
                     if options.compile_baseline:
                         try:
-                            compiled = self.time_reference(compiled=True)[0].median_ms
+                            compiled = self.time_reference(reference, options.timing_trials,
+                                                           compiled=True)[0].median_ms
                         except _ReferenceFailed as exc:
                             self.findings.notes.append(f"torch.compile baseline failed: {exc}")
                 except _ReferenceFailed as exc:
                     self.findings.fail(f"reference {exc}")
                     raise Stop from None
-            self.ref_timing = self.new_ref_timing = RefTiming(
-                ref_ms=stats.median_ms, ref_spread=stats.spread, ref_compiled_ms=compiled,
-                samples=stats.samples, overhead_ms=allowance.overhead_ms, resolution_ms=resolution,
-                made_ms=allowance.made_ms, digest_ms=allowance.digest_ms)
+            self.ref_timing = self.new_ref_timing = _ref_timing(*timing, compiled)
         else:
             self.findings.verdict.ref_cached = True
+
+    def measure_local(self, load: LoadProblem) -> None:
+        """The reference timed in the candidate's runner before the candidate's code is loaded
+        there (EvalOptions.ref_beside_trials calls): what the candidate is measured against.
+
+        The same process the candidate's calls will run in, so whatever makes one process slower
+        than another (seen on a 2-core host: every window of one runner 1.5x the next's) touches
+        both sides alike; and no candidate code in it yet, so the windows it gives are trusted:
+        the allowance the candidate's windows are measured under comes from here."""
+        trials = self.options.ref_beside_trials
+        if trials <= 0:
+            return
+        runner = self.exchange.candidate
+        loaded: ProblemLoaded = self.exchange.ask(runner, load, ProblemLoaded).message
+        if loaded.error:
+            self.findings.fail(f"{loaded.error} (the problem, not the candidate)")
+            raise Stop
+        with self.exchange.turn(exclusive=True), self.findings.timed("local_timing"):
+            try:
+                self.local = _ref_timing(*self.time_reference(runner, trials), None)
+            except _ReferenceFailed as exc:
+                self.findings.fail(f"reference {exc} in the candidate's runner, before the "
+                                   "candidate's code was loaded (the reference, not the candidate)")
+                raise Stop from None
 
     def _pool(self, count: int) -> list[_Pooled]:
         """The reference's digests of `count` fresh calls, for the candidate's timed calls."""
@@ -219,40 +254,40 @@ class Profiler:
     def _write_times(self, cuda: bool, samples: list[Windows], beside: list[Windows]) -> None:
         """The verdict's times and speedup from the timed calls (see "Timing" in the docs)."""
         options, findings, verdict = self.options, self.findings, self.findings.verdict
-        ref = self.ref_timing
-        # Measured the same way as the reference's own timing: under the allowance its windows
-        # gave, taken before any candidate code existed, which the candidate's process cannot
-        # change. One resolution for both times, the reference's: a time below it is counted as
-        # it, so no speedup is claimed that the noise could have made.
+        # Measured the same way as the reference: under the allowance its windows gave before
+        # any candidate code was loaded in this process (Profiler.measure_local; without it, in
+        # the reference runner), which the candidate cannot change. One resolution for both
+        # times, the reference's: a time below it is counted as it, so no speedup is claimed
+        # that the noise could have made.
+        ref = self.local or self.ref_timing
         allowance = Allowance(made_ms=ref.made_ms, digest_ms=ref.digest_ms,
                               overhead_ms=ref.overhead_ms)
         resolution = self.resolution_ms = max(ref.resolution_ms, MIN_MS)
         stats = net(samples, allowance, resolution)
-        charged = statistics.median(allowance.excess(w) for w in samples)
+        charged = allowance.excess(Windows.medians(samples))
         if charged > resolution:
             # Said in the verdict: time its process spent around the call (making the inputs, the
             # digest) beyond what the reference's took counts as the call's.
             findings.notes.append(f"making the inputs and the digest took {charged:.4f} ms (median) "
-                                  "longer than beside the reference's own timing: counted in the "
+                                  "longer than in the reference's timing: counted in the "
                                   "candidate's time")
-        # The reference as timed in the candidate's runner, between its calls, where that is
-        # less than its own timing: the same process under the same load. A host busier then
-        # than now, or a runner process slower than the candidate's (seen on a 2-core host: one
-        # process makes every window 1.5x longer than the next), would otherwise make a
-        # candidate look faster than it is. Never more than the reference's own timing: the
-        # candidate's process could slow these calls, and then gains nothing.
+        # The reference as timed between the candidate's calls, where that is less: the same
+        # process, now under the load of the candidate's calls (a host busier then than now
+        # would otherwise make a candidate look faster than it is). Never more: the candidate's
+        # code could slow these calls, and then gains nothing.
         ref_ms = ref.ref_ms
         if beside:
-            now_ms = statistics.median(allowance.net(w) for w in beside)
+            now_ms = allowance.net(Windows.medians(beside))
             if now_ms < ref_ms:
-                findings.notes.append(f"the reference timed in the candidate's runner: {now_ms:.4f} "
-                                      f"ms (its own timing: {ref_ms:.4f} ms)")
+                findings.notes.append(f"the reference timed between the candidate's calls: "
+                                      f"{now_ms:.4f} ms (before them: {ref_ms:.4f} ms)")
                 ref_ms = now_ms
         ref_ms = max(ref_ms, resolution)
-        verdict.ref_ms, verdict.ref_compiled_ms = ref_ms, ref.ref_compiled_ms
+        verdict.ref_ms = ref_ms
+        verdict.ref_compiled_ms = self.ref_timing.ref_compiled_ms if self.ref_timing else None
         verdict.candidate_ms = stats.median_ms
         verdict.spread = stats.spread
-        verdict.overhead_ms = round(statistics.median(allowance.taken_off(w) for w in samples), 6)
+        verdict.overhead_ms = round(allowance.taken_off(Windows.medians(samples)), 6)
         verdict.speedup = ref_ms / stats.median_ms
         for what, ms in (("the candidate's", stats.median_ms), ("the reference's", ref_ms)):
             if ms <= resolution:

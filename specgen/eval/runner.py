@@ -5,9 +5,10 @@
   of calls for the candidate's timed trials) and compares a candidate's shipped output with its
   accurate value (eval/compare.py). It lives as long as its worker keeps evaluating candidates of
   its problem: what it holds is that problem's reference.
-* **candidate**: executes the problem's and the candidate's modules, builds `ModelNew`, and runs
-  trials as it is told, replying with digests; it copies an output into the shared buffer when
-  the judge asks. It serves one candidate, then its tree is killed. Nothing it replies is
+* **candidate**: executes the problem's module (and builds its `Model`: the judge times the
+  reference here before any candidate code is loaded), then the candidate's, builds `ModelNew`,
+  and runs trials as it is told, replying with digests; it copies an output into the shared
+  buffer when the judge asks. It serves one candidate, then its tree is killed. Nothing it replies is
   believed beyond what the judge checks against the reference.
 * **build**: executes a candidate's module once with `load_inline` compiling for real into its
   private /tmp, and sends back the records and the libraries; then exits.
@@ -198,19 +199,11 @@ class ReferenceRole:
         reply = TrialDone(index=trial.index, digests=done.digests, outputs=done.metas,
                           input_digests=done.input_digests)
         if not trial.null:
-            self._keep_null_like(done.leaves)
+            self.null_like = _null_like(self.null_like, done.leaves)
         if trial.bounds:
             reply.tol_norms = [tol_norm(leaf, None, None) for leaf in done.leaves
                                if _is_tensor(leaf)]
         return reply
-
-    def _keep_null_like(self, leaves: list[Any]) -> None:
-        import torch
-
-        shapes = [tuple(t.shape) for t in self.null_like]
-        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
-        if shapes != [tuple(t.shape) for t in tensors]:
-            self.null_like = [torch.zeros_like(t) for t in tensors]
 
     def compare(self, request: Compare, fds: list[int]) -> Compared:
         import torch
@@ -271,6 +264,17 @@ class ReferenceRole:
         return ParamsSet()
 
 
+def _null_like(held: list[Any], leaves: list[Any]) -> list[Any]:
+    """What a call of nothing digests: tensors shaped like the last call's outputs (`held`,
+    kept while the shapes stay the same)."""
+    import torch
+
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    if [tuple(t.shape) for t in held] == [tuple(t.shape) for t in tensors]:
+        return held
+    return [torch.zeros_like(t) for t in tensors]
+
+
 def _is_tensor(value: Any) -> bool:
     import torch
 
@@ -288,20 +292,38 @@ class CandidateRole:
         self.last: Any = None
         self.last_index = -1
         self.params: Any = None
+        self.loaded_problem: LoadProblem | None = None
         self.reference_model: Any = None
+        self.null_like: list[Any] = []
+
+    def load_problem(self, request: LoadProblem) -> ProblemLoaded:
+        """The problem alone, with its Model built, before any candidate: the judge times the
+        reference here while this process has run no candidate code (Profiler.measure_local)."""
+        from specgen.eval.calls import ProblemModule
+
+        if self.loaded_problem is not None:
+            return ProblemLoaded(error="the candidate's runner has a problem loaded already")
+        try:
+            self.problem = ProblemModule(request, self.device, work_root() / "job")
+            self.loaded_problem = request
+            self.reference_model = self.problem.build(self.problem.module.Model)
+        except BaseException as exc:  # noqa: BLE001 - the problem's module may raise anything
+            return ProblemLoaded(error=f"problem {request.problem_name} failed to load in the "
+                                       f"candidate's runner: {_error(exc)}")
+        return ProblemLoaded()
 
     def load(self, request: LoadCandidate) -> ProblemLoaded:
         from specgen.eval import extensions
-        from specgen.eval.calls import ProblemModule
         from specgen.eval.extensions import KernelLedger
         from specgen.eval.guards.dynamic import LaunchCounter
         from specgen.eval.loader import candidate_from_text, exec_source
 
-        try:
-            self.problem = ProblemModule(request.problem, self.device, work_root() / "job")
-        except BaseException as exc:  # noqa: BLE001
-            return ProblemLoaded(error=f"problem {request.problem.problem_name} failed to load in "
-                                       f"the candidate's runner: {_error(exc)}")
+        if self.loaded_problem is None:
+            loaded = self.load_problem(request.problem)
+            if loaded.error:
+                return loaded
+        elif self.loaded_problem != request.problem:
+            return ProblemLoaded(error="the candidate's runner has another problem loaded")
         self.ledger = KernelLedger()
         try:
             candidate = candidate_from_text(request.candidate_source)
@@ -336,7 +358,7 @@ class CandidateRole:
     def trial(self, trial: Trial, mark: Any = None) -> TrialDone:
         from specgen.eval.calls import run_trial
 
-        if trial.reference:
+        if trial.reference or trial.null:
             return self._reference_trial(trial, mark)
         launches, errors = self.ledger.launches, len(self.ledger.errors)
         self.last, self.last_index = None, -1
@@ -354,15 +376,17 @@ class CandidateRole:
                          kernel_errors=self.ledger.errors[errors:errors + 3])
 
     def _reference_trial(self, trial: Trial, mark: Any) -> TrialDone:
-        """The problem's Model, built here on first use, called as a timed trial (Trial.reference)."""
+        """The problem's Model (Trial.reference), or a call of nothing shaped like its last
+        outputs (Trial.null), as a trial here."""
         from specgen.eval.calls import run_trial
 
         try:
-            if self.reference_model is None:
-                self.reference_model = self.problem.build(self.problem.module.Model)
-            done = run_trial(self.problem, self.reference_model, trial, mark=mark)
+            done = run_trial(self.problem, None if trial.null else self.reference_model, trial,
+                             self.null_like, mark)
         except BaseException as exc:  # noqa: BLE001 - the candidate's process may break anything
             return TrialDone(index=trial.index, error=f"Model raised: {_error(exc)}")
+        if not trial.null:
+            self.null_like = _null_like(self.null_like, done.leaves)
         return TrialDone(index=trial.index, digests=done.digests, outputs=done.metas)
 
     def ship(self, request: Ship, fds: list[int]) -> Shipped:
@@ -515,6 +539,8 @@ def _dispatch(role: str, handler: Any, message: Any, fds: list[int], channel: Ch
     loaded = handler.problem is not None
     if isinstance(message, LoadProblem) and role == "reference":
         return handler.load(message)
+    if isinstance(message, LoadProblem) and role == "candidate":
+        return handler.load_problem(message)
     if isinstance(message, LoadCandidate) and role == "candidate":
         return handler.load(message)
     if isinstance(message, Trial):

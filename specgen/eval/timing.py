@@ -1,12 +1,14 @@
 """Summaries of the judge's timed calls (eval/profiling.py measures them; docs/evaluation.md says how).
 
 A timed call is three windows on the judge's clock (`Windows`): making the inputs, the call, the
-digest, each ended by a message whose arrival the kernel stamps. A call's own time is its call
-window, plus whatever its other two windows took beyond the reference's medians of them, less
-the call window of a call of nothing (`Allowance.net`): the runner that sends the messages decides
-where one window ends and the next begins, and this way moving work out of the call window gains
-it no more than the reference's windows' spread. The median of those times is the verdict's time;
-the spread is (p75 - p25) / median.
+digest, each ended by a message whose arrival the kernel stamps. A model's time is the median of
+its call windows, plus whatever the medians of its other two windows came to beyond the
+reference's, less the median call window of a call of nothing (`net`, `Allowance.net`): the
+runner that sends the messages decides where one window ends and the next begins, and this way
+moving work out of the call window gains it no more than the reference's windows' spread.
+Medians per window, not a median of per-call sums: a call's windows of inputs and digest vary by
+more than a small kernel takes (0.1 ms on a 2-core host), and charging each call its own excess
+adds that noise to every time. The spread is (p75 - p25) / median of the per-call times.
 """
 from __future__ import annotations
 
@@ -25,6 +27,13 @@ class Windows:
     call: float
     digest: float
 
+    @classmethod
+    def medians(cls, samples: Sequence[Windows]) -> Windows:
+        """Each window's median over the calls."""
+        return cls(made=statistics.median(w.made for w in samples),
+                   call=statistics.median(w.call for w in samples),
+                   digest=statistics.median(w.digest for w in samples))
+
 
 @dataclass(frozen=True)
 class Allowance:
@@ -42,11 +51,11 @@ class Allowance:
                    overhead_ms=statistics.median(w.call for w in nothing))
 
     def excess(self, windows: Windows) -> float:
-        """What the call's windows of inputs and digest took beyond the allowance: charged."""
+        """What the windows of inputs and digest took beyond the allowance: charged."""
         return max(0.0, windows.made - self.made_ms) + max(0.0, windows.digest - self.digest_ms)
 
     def net(self, windows: Windows) -> float:
-        """The call's own time."""
+        """The call's own time (of `Windows.medians`: the model's time)."""
         return windows.call + self.excess(windows) - self.overhead_ms
 
     def taken_off(self, windows: Windows) -> float:
@@ -93,9 +102,9 @@ def summarize(samples_ms: Sequence[float]) -> TimingStats:
 
 
 def net(samples: Sequence[Windows], allowance: Allowance, resolution_ms: float) -> TimingStats:
-    """The calls' own times; a median below the resolution is counted as the resolution, since
-    nothing finer is measured."""
+    """A model's time from its calls' windows (the module doc), counted as the resolution where
+    it is below, since nothing finer is measured; the quartiles are the per-call times'."""
     stats = summarize([allowance.net(w) for w in samples])
-    median = max(stats.median_ms, resolution_ms)
+    median = max(allowance.net(Windows.medians(samples)), resolution_ms)
     return TimingStats(median_ms=median, p25_ms=stats.p25_ms, p75_ms=stats.p75_ms,
                        min_ms=stats.min_ms, samples=stats.samples)

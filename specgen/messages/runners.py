@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
-TIMING_METHOD = "j4"
+TIMING_METHOD = "j5"
 
 
 class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -30,7 +30,9 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     timing_trials: int = 50                 # timed calls after the warm-up, each on fresh inputs
     overhead_trials: int = 15               # at least this many calls of nothing (one follows each of the reference's timed calls)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
-    ref_beside_trials: int = 15             # reference calls timed in the candidate's runner (0: none)
+    ref_beside_trials: int = 15             # reference calls timed in the candidate's runner, before its
+    #                                         code is loaded and again between its calls (0: none;
+    #                                         the reference runner's own timing is used instead)
     compile_baseline: bool = False          # also time torch.compile(Model) as a second baseline
     cache_ref_timing: bool = True           # reuse the reference's timing per problem/device/settings
     floor_check: bool = True                # flag times below the memory-bandwidth/compute floor
@@ -142,7 +144,8 @@ class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
     shape: dict[str, int] = {}              # problem module constants changed for this call
     refill_seed: int | None = None          # call once on `seed`, copy the inputs of this seed into
     #                                         the same tensors, call again: the digest is the second's
-    null: bool = False                      # make the inputs and the digest, call nothing
+    null: bool = False                      # make the inputs and the digest, call nothing (in a
+    #                                         candidate's runner: shaped like the reference's outputs)
     compiled: bool = False                  # reference only: call torch.compile(Model)
     reference: bool = False                 # candidate only: call the problem's Model (timed in
     #                                         the candidate's process: its time is only ever

@@ -32,6 +32,15 @@ def test_inputs_and_digest_beyond_the_allowance_count_as_the_calls() -> None:
     assert allowance.taken_off(moved) == pytest.approx(1.5)
 
 
+def test_a_models_time_takes_each_window_at_its_median() -> None:
+    allowance = Allowance(made_ms=1.0, digest_ms=0.5, overhead_ms=0.0)
+    calls = [Windows(made=1.0, call=0.3, digest=0.5), Windows(made=3.0, call=0.31, digest=0.5),
+             Windows(made=0.9, call=0.29, digest=0.9)]
+    assert Windows.medians(calls) == Windows(made=1.0, call=0.3, digest=0.5)
+    # one call's slow inputs and another's slow digest are not charged: their medians are within
+    assert net(calls, allowance, resolution_ms=0.01).median_ms == pytest.approx(0.3)
+
+
 def test_the_allowance_is_the_references_medians_and_the_resolution_what_lies_below() -> None:
     calls = [Windows(made=m, call=5.0, digest=d) for m, d in
              ((1.0, 0.4), (1.1, 0.5), (1.2, 0.6), (1.3, 0.7), (1.4, 0.8))]
