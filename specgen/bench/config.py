@@ -29,6 +29,8 @@ class BenchConfig:
     kv_pool: bool = False                    # with prefix_cache off: forks fetch the prefix from a pool
     time_budget_s: float | None = None       # per job, wall seconds
     target_speedup: float | None = None
+    improvement_margin: float | None = 0.1   # a kernel beating the earlier ones by this ends its
+    #                                          turn (the loop's default, OptimizeSpec); None: never
     best_of_n: int = 4
     drain_speculative: bool = False          # the jobs wait for speculative verdicts at their end
     eval_options: dict[str, Any] = field(default_factory=dict)
@@ -54,6 +56,8 @@ class BenchConfig:
             raise UsageError("bench: --concurrency must be >= 1 and --speed > 0")
         if self.fork_max_tokens < 1:
             raise UsageError("bench: --fork-max-tokens must be >= 1")
+        if self.improvement_margin is not None and self.improvement_margin < 0:
+            raise UsageError(f"bench: --margin must be >= 0, got {self.improvement_margin}")
         # Results are kept per (mode, name): a second entry of one name would hide the first.
         names = [p.name for p in self.problems]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -135,7 +139,8 @@ def describe(config: BenchConfig) -> dict[str, Any]:
             "concurrency": config.concurrency, "devices": config.devices,
             "prefix_cache": config.prefix_cache, "kv_pool": config.kv_pool,
             "time_budget_s": config.time_budget_s,
-            "target_speedup": config.target_speedup, "best_of_n": config.best_of_n,
+            "target_speedup": config.target_speedup,
+            "improvement_margin": config.improvement_margin, "best_of_n": config.best_of_n,
             "drain_speculative": config.drain_speculative,
             "prebuilt": config.prebuild and config.cache_dir is not None,
             "eval_timeout_s": config.eval_options.get("timeout_s", _default_timeout_s()),

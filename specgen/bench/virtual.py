@@ -40,8 +40,6 @@ from specgen.optimize.termination import BeatsEarlier, JobStanding, VerdictView
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, trace_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
 
-# The loop's improvement margin, as the simulator runs it (SimConfig's default).
-DEFAULT_MARGIN: float = SimConfig.improvement_margin or 0.0
 
 
 def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, bool]]:
@@ -196,6 +194,7 @@ def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[
                 eval_gpus=len(config.devices), reasoning_engines=len(plans), elastic=forking,
                 hours=None, seed=seed, timing=config.timing, speed=config.speed, turns=turns,
                 best_of_n=config.best_of_n, target_speedup=config.target_speedup,
+                improvement_margin=config.improvement_margin,
                 restart_jobs=False), service, bank, plans)
             result = sim.run()
             busy += result["completed_busy_s"]
@@ -210,16 +209,16 @@ def simulate(config: BenchConfig, service: ServiceTimes, seed: int = 0) -> dict[
 
 
 def named_saving_split(problems: list[BenchProblem], turns: list[Any],
-                       rows: list[dict[str, Any]], margin: float = DEFAULT_MARGIN) -> dict[str, float] | None:
+                       rows: list[dict[str, Any]], margin: float | None) -> dict[str, float] | None:
     """Where the named ceiling's saving lies, as shares of it: turns whose final answer was not
     measured correct (`not_correct`), turns whose correct answer does not beat the job's earlier
     correct answers, or the reference before there is one, by the loop's improvement `margin`
     (`not_better`), and the rest (`better`). The ceiling stops every turn at the naming; the loop
     ends a turn early only on a correct kernel that beats the ones before it (termination.py,
     `BeatsEarlier`), so only `better` (and drafts that beat earlier kernels, which the ceiling does
-    not count) is open to it. None when the ceiling saves nothing."""
+    not count) is open to it (with no margin, nothing is). None when the ceiling saves nothing."""
     measured = {(r["problem"], r["program"]): r for r in rows}
-    beats = BeatsEarlier(margin)
+    beats = BeatsEarlier(margin) if margin is not None else None
     by_turn = iter(turns)
     split = {"not_correct": 0, "not_better": 0, "better": 0}
     for problem in problems:
@@ -233,8 +232,9 @@ def named_saving_split(problems: list[BenchProblem], turns: list[Any],
                 split["not_correct"] += saving
                 continue
             speedup = row.get("speedup") or 0.0
-            stops = beats.check(VerdictView(problem.name, True, speedup), JobStanding(index, bar, bar))
-            split["better" if stops is not None else "not_better"] += saving
+            stops = beats is not None and beats.check(VerdictView(problem.name, True, speedup),
+                                                      JobStanding(index, bar, bar))
+            split["better" if stops else "not_better"] += saving
             bar = max(bar, speedup)
     saved = sum(split.values())
     return {k: v / saved for k, v in split.items()} if saved else None
@@ -285,7 +285,8 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
             "devices": config.devices, "concurrency": config.concurrency,
             "hardware": _hardware(config, rows),
             "ceiling": draft_bound, "named_ceiling": pooled(turns),
-            "named_saving_split": named_saving_split(config.problems, turns, rows),
+            "named_saving_split": named_saving_split(config.problems, turns, rows,
+                                                     config.improvement_margin),
             "per_mode": per_mode,
             "ratios": ratios, "no_headline": no_headline,
             "answers": len(answers), "answers_judged": judged, "programs": len(rows),

@@ -117,7 +117,8 @@ async def _one_job(config: BenchConfig, problem: BenchProblem, mode: str, backen
         job_id=f"bench-{config.label or 'run'}-{batch}-{problem.name}-{mode}",
         problem_name=problem.problem, problem_source=problem.source, mode=mode,
         max_iterations=len(problem.trace.iterations), time_budget_s=config.time_budget_s,
-        target_speedup=config.target_speedup, best_of_n=config.best_of_n,
+        target_speedup=config.target_speedup, improvement_margin=config.improvement_margin,
+        best_of_n=config.best_of_n,
         drain_speculative=config.drain_speculative)
     result = await run_job(spec, engine, backend)
     return BenchJobRecord(mode=mode, problem=problem.name, batch=batch, result=result,

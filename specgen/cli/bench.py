@@ -56,6 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="wall seconds one candidate's run may take (default: the evaluation's 300)")
     p.add_argument("--no-prefix-cache", action="store_true", help="forks pay for their whole prompt")
     p.add_argument("--time-budget", type=float, default=None, help="wall seconds per job")
+    p.add_argument("--margin", type=float, default=0.1,
+                   help="a kernel beating the ones before it by this fraction ends its turn, as in "
+                        "optimize (default 0.1)")
     p.add_argument("--no-prebuild", action="store_true",
                    help="do not build the traces' extensions before the timed run")
     p.add_argument("--fork-max-tokens", type=int, default=2048,
@@ -143,6 +146,7 @@ def bench_main(args: argparse.Namespace) -> int:
                        fork_model=args.fork_model, timing=timing, speed=args.speed,
                        concurrency=args.concurrency, devices=devices,
                        prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
+                       improvement_margin=args.margin,
                        label="main", cache_dir=args.out.resolve() / "eval-cache",
                        prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens,
                        fork_engine=_engine_settings(args))

@@ -168,7 +168,7 @@ def test_the_named_ceilings_saving_is_split_by_what_the_loop_could_stop_on() -> 
     saved = {p.name: sum(t.total_tokens - t.named_stop_tokens for t in turns if t.problem == p.trace.metadata.problem)
              for p in problems}
     first = problems[0].name.split("#")[0]
-    assert named_saving_split(problems, turns, [])["not_correct"] == 1.0
+    assert named_saving_split(problems, turns, [], 0.1)["not_correct"] == 1.0
     # Every answer correct, each new program twice as fast as any before it in its job: only a turn
     # whose answer repeats an earlier answer of its job improves on nothing.
     faster: dict = {}
@@ -178,16 +178,19 @@ def test_the_named_ceilings_saving_is_split_by_what_the_loop_could_stop_on() -> 
             repeated += turn.total_tokens - turn.named_stop_tokens
         faster.setdefault((name, key), 2.0 ** (1 + len([k for k in faster if k[0] == name])))
     rows = [{"problem": n, "program": k, "correct": True, "speedup": v} for (n, k), v in faster.items()]
-    split = named_saving_split(problems, turns, rows)
+    split = named_saving_split(problems, turns, rows, 0.1)
     assert split["not_correct"] == 0.0
     assert split["not_better"] == pytest.approx(repeated / sum(saved.values()))
     # One problem's answers wrong: its turns' share of the saving, no more.
     mixed = [{**r, "correct": r["problem"] != first} for r in rows]
-    share = named_saving_split(problems, turns, mixed)["not_correct"]
+    share = named_saving_split(problems, turns, mixed, 0.1)["not_correct"]
     assert share == pytest.approx(saved[problems[0].name] / sum(saved.values()))
     # Answers all correct at the reference's speed: none beats the reference by the margin.
     flat = [{**r, "speedup": 1.0} for r in rows]
-    assert named_saving_split(problems, turns, flat) == {"not_correct": 0.0, "not_better": 1.0, "better": 0.0}
+    assert named_saving_split(problems, turns, flat, 0.1) == {"not_correct": 0.0, "not_better": 1.0, "better": 0.0}
+    # No margin (BenchConfig.improvement_margin None): the loop ends no turn early on an answer.
+    none = named_saving_split(problems, turns, rows, None)
+    assert none["better"] == 0.0 and none["not_better"] == pytest.approx(1.0)
 
 
 def test_an_answers_feedback_is_zero_when_a_draft_already_brought_it(tmp_path: Path) -> None:
