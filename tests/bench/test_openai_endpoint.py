@@ -54,7 +54,7 @@ def test_bench_with_forks_written_by_an_openai_endpoint(tmp_path: Path, smollm2_
     # (softmax_cpp) is faster on this CPU than its first (softmax_torch), by more than the loop's
     # default 10% margin in some verdicts and not in others (the judge's noise for microsecond
     # kernels): where it is, the turn ends there, before its answer and before any fork is written
-    # (2 of 5 runs at cd0b5ea). This test is about the forks, so no draft ends the turn here.
+    # (seen in CI at cd0b5ea). This test is about the forks, so no draft ends the turn here.
     code = main(["bench", "--clock", "wall", "--generate", "1", "--turns", "1", "--problems", "softmax",
                  "--seed", "0", "--modes", "specgen,sequential", "--concurrency", "1", "--speed", "3",
                  "--margin", "100",
