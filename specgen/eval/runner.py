@@ -296,9 +296,10 @@ class CandidateRole:
         self.reference_model: Any = None
         self.null_like: list[Any] = []
 
-    def load_problem(self, request: LoadProblem) -> ProblemLoaded:
-        """The problem alone, with its Model built, before any candidate: the judge times the
-        reference here while this process has run no candidate code (Profiler.measure_local)."""
+    def load_problem(self, request: LoadProblem, model: bool = True) -> ProblemLoaded:
+        """The problem alone, before any candidate, with its Model built (`model`): the judge
+        times the reference here while this process has run no candidate code
+        (Profiler.measure_local)."""
         from specgen.eval.calls import ProblemModule
 
         if self.loaded_problem is not None:
@@ -306,7 +307,8 @@ class CandidateRole:
         try:
             self.problem = ProblemModule(request, self.device, work_root() / "job")
             self.loaded_problem = request
-            self.reference_model = self.problem.build(self.problem.module.Model)
+            if model:
+                self.reference_model = self.problem.build(self.problem.module.Model)
         except BaseException as exc:  # noqa: BLE001 - the problem's module may raise anything
             return ProblemLoaded(error=f"problem {request.problem_name} failed to load in the "
                                        f"candidate's runner: {_error(exc)}")
@@ -318,8 +320,8 @@ class CandidateRole:
         from specgen.eval.guards.dynamic import LaunchCounter
         from specgen.eval.loader import candidate_from_text, exec_source
 
-        if self.loaded_problem is None:
-            loaded = self.load_problem(request.problem)
+        if self.loaded_problem is None:        # not timed here first (a validation)
+            loaded = self.load_problem(request.problem, model=False)
             if loaded.error:
                 return loaded
         elif self.loaded_problem != request.problem:
@@ -381,6 +383,8 @@ class CandidateRole:
         from specgen.eval.calls import run_trial
 
         try:
+            if self.reference_model is None and not trial.null:
+                self.reference_model = self.problem.build(self.problem.module.Model)
             done = run_trial(self.problem, None if trial.null else self.reference_model, trial,
                              self.null_like, mark)
         except BaseException as exc:  # noqa: BLE001 - the candidate's process may break anything

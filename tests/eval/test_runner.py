@@ -33,3 +33,13 @@ def test_no_second_problem_and_no_candidate_of_another_problem() -> None:
     assert "already" in role.load_problem(load()).error
     other = LoadCandidate(problem=load(init_seed=8), candidate_source="", cache_dir="")
     assert "another problem" in role.load(other).error
+
+
+def test_a_runner_not_timed_first_builds_the_model_only_when_a_reference_call_comes() -> None:
+    """A validation loads the problem with the candidate (LoadCandidate): no Model is built for
+    it unless the judge asks for a reference call."""
+    role = CandidateRole("cpu")
+    assert role.load_problem(load(), model=False).error is None
+    assert role.reference_model is None
+    done = role.trial(Trial(index=1, seed=11, digest_seed=12, reference=True))
+    assert done.error is None and role.reference_model is not None
