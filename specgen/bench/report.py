@@ -316,6 +316,11 @@ def devices_text(devices: list[str]) -> str:
     return ", ".join(f"{n} on {d}" for d, n in counts.items()) or "-"
 
 
+def margin_text(margin: float | None) -> str:
+    """The loop's improvement margin as run: a kernel beating the earlier ones by it ends its turn."""
+    return "none (no turn ends on an improvement)" if margin is None else f"{margin:g}"
+
+
 def table(summary: dict[str, Any]) -> str:
     """The per-mode table and the ratios, as Markdown."""
     def fmt(x: Any, spec: str = ".2f") -> str:
@@ -332,7 +337,9 @@ def table(summary: dict[str, Any]) -> str:
     lines = [f"hardware: {summary['hardware']}; evaluation workers: "
              f"{devices_text(summary['config'].get('devices', []))}; fork model: "
              f"{summary['config']['fork_model']}{writer}; speed x{speed:g} ({pace}); "
-             f"concurrency {summary['config']['concurrency']}",
+             f"concurrency {summary['config']['concurrency']}"
+             + ("; improvement margin " + margin_text(summary["config"]["improvement_margin"])
+                if "improvement_margin" in summary["config"] else ""),
              f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time",
              f"named ceiling (a fork from the first naming of the answer's kernel writes it): "
              f"{summary.get('named_ceiling', 1.0):.3f} of sequential time", "",

@@ -30,7 +30,7 @@ from typing import Any
 
 from specgen.bench.ceiling import ceiling, pooled
 from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild, programs_in
-from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean_ci
+from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean_ci, margin_text
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem
@@ -39,7 +39,6 @@ from specgen.optimize.fork_models import replayable_fork_models
 from specgen.optimize.termination import BeatsEarlier, JobStanding, VerdictView
 from specgen.simulate.model import ServiceTimes, TurnBank, base_problem, program_key, trace_turn
 from specgen.simulate.simulation import JobPlan, SimConfig, Simulation
-
 
 
 def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, bool]]:
@@ -283,6 +282,7 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
     return {"clock": "virtual", "config": describe(config),
             "speed": config.speed, "fork_model": config.fork_model,
             "devices": config.devices, "concurrency": config.concurrency,
+            "improvement_margin": config.improvement_margin,
             "hardware": _hardware(config, rows),
             "ceiling": draft_bound, "named_ceiling": pooled(turns),
             "named_saving_split": named_saving_split(config.problems, turns, rows,
@@ -302,7 +302,8 @@ def table(summary: dict[str, Any]) -> str:
              f"(every draft and answer, once per device), every mode simulated on them; reasoning at "
              + ("the timing model's real pace" if speed == 1 else
                 f"{speed:g}x the timing model's pace (a sensitivity, not the regime of a real run)")
-             + f"; fork model {summary['fork_model']}",
+             + f"; fork model {summary['fork_model']}; improvement margin "
+             + margin_text(summary["improvement_margin"]),
              f"hardware: {summary['hardware']}; evaluation workers: {devices_text(summary['devices'])}, "
              "simulated as independent servers (workers sharing one device are not modelled as sharing it)",
              f"draft ceiling {summary['ceiling']:.3f}, named ceiling {summary['named_ceiling']:.3f} of "

@@ -98,6 +98,7 @@ def test_bench_with_forks_written_by_an_openai_endpoint(tmp_path: Path, smollm2_
     assert data["ratios"]["end_to_end_s"]["n"] == 1
 
     assert f"fork model: model (openai {SERVED_NAME} at {server.base_url})" in report
+    assert "improvement margin 100" in report
     for mode in ("specgen", "sequential"):
         assert report.count(f"| {mode} | ") == 2        # the figures table and the judged table
     assert "answers judged here" in report and "speculative candidates judged here" in report

@@ -39,6 +39,7 @@ def test_every_program_is_measured_once_and_every_mode_simulated_on_it(tmp_path:
     assert data["ratios"]["vs_sequential"]["n"] == 2
     report = (out / "report.md").read_text()
     assert "virtual clock" in report and "real pace" in report
+    assert "improvement margin 0.1" in report
     assert "evaluation workers: 2 on cpu" in report and "CPU timing" in report
     assert "against the draft ceiling" in report and "against the named ceiling" in report
     # The measured service times serve the simulator at scale too; a replay needs a wall run.

@@ -196,7 +196,7 @@ def test_no_ratio_without_answers_judged_here() -> None:
                       error="extension softmax_ext failed to build: nvcc not found")
     wrong = Verdict(correct=False, compiled=True, error="output mismatch at [0, 1]")
     run = BenchRun(config={"modes": ["specgen", "sequential"], "fork_model": "draft", "speed": 1.0,
-                           "concurrency": 1},
+                           "concurrency": 1, "improvement_margin": None},
                    jobs=[_job("specgen", "p", 10.0,
                               [_candidate("a0", 0, "final", "failed", unbuilt, 5.0),
                                _candidate("f0", 0, "fork", "incorrect", wrong, 3.0)], [0.0]),
@@ -211,6 +211,7 @@ def test_no_ratio_without_answers_judged_here() -> None:
     assert "no ratio is printed" in text and "best fair baseline" not in text
     assert "2 x answer: extension softmax_ext failed to build: nvcc not found" in text
     assert "reasoning at the timing model's real pace" in text
+    assert "improvement margin none (no turn ends on an improvement)" in text
     from specgen.bench.report import devices_text
     assert devices_text(["cuda:0"] * 8 + ["cuda:1"]) == "8 on cuda:0, 1 on cuda:1"
 
