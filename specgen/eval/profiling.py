@@ -12,6 +12,7 @@ own time is taken from them under the allowance of the reference's windows in th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
@@ -67,11 +68,14 @@ class Profiler:
         self.resolution_ms = MIN_MS
 
     # ------------------------------------------------------------------ the reference
+    def _trial(self, runner: Runner, **fields: Any) -> Trial:
+        """A fresh trial of the reference in `runner` (in a candidate's runner: Trial.reference)."""
+        return self.inputs.trial(reference=runner is self.exchange.candidate, **fields)
+
     def _prime_nothing(self, runner: Runner) -> None:
         """One real call of the reference in `runner`: its calls of nothing digest tensors shaped
         like its last outputs."""
-        done: TrialDone = self.exchange.ask(runner, self.inputs.trial(
-            reference=runner is self.exchange.candidate), TrialDone).message
+        done: TrialDone = self.exchange.ask(runner, self._trial(runner), TrialDone).message
         if done.error:
             self.findings.fail(f"{done.error} (the reference, not the candidate)")
             raise Stop
@@ -79,8 +83,7 @@ class Profiler:
     def nothing(self, runner: Runner) -> Windows:
         """One timed call of nothing in `runner`: the same path (inputs made, outputs and inputs
         digested, the reply) with no call."""
-        done, windows = self.exchange.timed(runner, self.inputs.trial(
-            null=True, reference=runner is self.exchange.candidate))
+        done, windows = self.exchange.timed(runner, self._trial(runner, null=True))
         if done.error or windows is None:
             self.findings.fail(f"the overhead could not be measured: {done.error}")
             raise Stop
@@ -96,8 +99,7 @@ class Profiler:
         calls: list[Windows] = []
         nothing: list[Windows] = []
         for index in range(options.warmup + trials):
-            done, windows = self.exchange.timed(runner, self.inputs.trial(
-                compiled=compiled, reference=runner is self.exchange.candidate))
+            done, windows = self.exchange.timed(runner, self._trial(runner, compiled=compiled))
             if done.error or windows is None:
                 what = "torch.compile(Model)" if compiled else "the reference"
                 raise _ReferenceFailed(f"timing {what} failed: {done.error}")
@@ -175,8 +177,8 @@ class Profiler:
         """One timed call of the problem's Model on fresh inputs in the candidate's runner,
         between the candidate's calls: the same process, under the same load. None if it failed
         there (a note says why): the candidate's process may have broken it."""
-        done, windows = self.exchange.timed(self.exchange.candidate,
-                                            self.inputs.trial(reference=True))
+        candidate = self.exchange.candidate
+        done, windows = self.exchange.timed(candidate, self._trial(candidate))
         if done.error or windows is None:
             self.findings.notes.append(f"the reference could not be timed in the candidate's "
                                        f"runner: {done.error}")

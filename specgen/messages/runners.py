@@ -148,8 +148,8 @@ class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
     #                                         candidate's runner: shaped like the reference's outputs)
     compiled: bool = False                  # reference only: call torch.compile(Model)
     reference: bool = False                 # candidate only: call the problem's Model (timed in
-    #                                         the candidate's process: its time is only ever
-    #                                         taken when lower than the reference's own)
+    #                                         the candidate's process: before its code is loaded,
+    #                                         and between its calls, where it only ever lowers)
     bounds: bool = False                    # reference only: also the norm of the tolerance
     staged: bool = False                    # timed: a TrialStage once the inputs are made and once
     #                                         the call returned, the device synchronized before each
