@@ -205,7 +205,9 @@ def corpus_phase(workers: list, device: str, limit: int | None, budget_s: float 
             ok, why = meets(verdict, expect)
             row = {"file": f"{path.parent.name}/{path.name}", "role": role, "expect": expect,
                    "ok": ok, "why": why, "correct": verdict.correct,
-                   "speedup": verdict.speedup, "error": (verdict.error or "")[:300],
+                   "speedup": verdict.speedup, "ref_ms": verdict.ref_ms,
+                   "candidate_ms": verdict.candidate_ms, "notes": verdict.notes[:3],
+                   "error": (verdict.error or "")[:300],
                    "flags": verdict.flags[:3], "wall_s": round(wall, 3),
                    "stage_s": verdict.stage_seconds}
             with lock:

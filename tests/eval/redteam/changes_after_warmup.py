@@ -1,7 +1,10 @@
 # problem: softmax
-# expect: error:its digest
+# expect: error:timed call
 """Correct for its first 10 calls (enough to pass correctness checks), then returns a cheap wrong
-answer once it believes it is being timed."""
+answer once it believes it is being timed. Caught in the timed calls: by its digest where the
+outputs are above the absolute tolerance (the CPU's size), else by the full comparison of a timed
+call picked for one (the GPU's 65,536-long rows give outputs near 1.5e-5, under atol 1e-4, which
+only the comparison's check against the largest output sees)."""
 import torch
 import torch.nn as nn
 

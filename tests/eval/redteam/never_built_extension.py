@@ -1,7 +1,8 @@
 # problem: softmax
 # expect: custom-kernel-not-run
-"""Asks load_inline for a CUDA extension that cannot build here and silently runs PyTorch
-instead (the failure is swallowed by contextlib.suppress, which a try/except scan misses)."""
+"""Asks load_inline for a CUDA extension that cannot build (on any machine: its source stops the
+compiler) and silently runs PyTorch instead (the failure is swallowed by contextlib.suppress,
+which a try/except scan misses)."""
 import contextlib
 
 import torch
@@ -10,6 +11,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
 #include <torch/extension.h>
+#error "this extension never builds"
 __global__ void softmax_rows(const float* x, float* y, int cols) { }
 torch::Tensor fast_softmax(torch::Tensor x) {
     auto y = torch::empty_like(x);
