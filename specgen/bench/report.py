@@ -337,9 +337,8 @@ def table(summary: dict[str, Any]) -> str:
     lines = [f"hardware: {summary['hardware']}; evaluation workers: "
              f"{devices_text(summary['config'].get('devices', []))}; fork model: "
              f"{summary['config']['fork_model']}{writer}; speed x{speed:g} ({pace}); "
-             f"concurrency {summary['config']['concurrency']}"
-             + ("; improvement margin " + margin_text(summary["config"]["improvement_margin"])
-                if "improvement_margin" in summary["config"] else ""),
+             f"concurrency {summary['config']['concurrency']}; improvement margin "
+             f"{margin_text(summary['config']['improvement_margin'])}",
              f"ceiling of draft harvesting (pooled, zero cost): {summary['ceiling']:.3f} of sequential time",
              f"named ceiling (a fork from the first naming of the answer's kernel writes it): "
              f"{summary.get('named_ceiling', 1.0):.3f} of sequential time", "",
