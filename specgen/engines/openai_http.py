@@ -121,7 +121,8 @@ class OpenAICompatEngine(TokenizedEngine):
                 if response.status in (401, 403):
                     raise EngineError(f"openai: {url} refused the request ({response.status}); check api_key")
                 if response.status != 200:
-                    raise EngineError(f"openai: GET {url} answered {response.status}: {body[:300]}; is base_url right?")
+                    raise EngineError(f"openai: GET {url} answered {response.status}{_logged(url, body)}; "
+                                      "is base_url right?")
         except aiohttp.ClientConnectorError as exc:
             raise EngineError(
                 f"openai: cannot reach the server at {self.base_url} ({exc.os_error or exc}); "
@@ -137,7 +138,8 @@ class OpenAICompatEngine(TokenizedEngine):
         try:
             return [entry["id"] for entry in json.loads(body)["data"]]
         except (ValueError, KeyError, TypeError) as exc:
-            raise EngineError(f"openai: GET {url} did not return an OpenAI model list: {body[:300]}") from exc
+            raise EngineError(f"openai: GET {url} did not return an OpenAI model list{_logged(url, body)}; "
+                              "is base_url right?") from exc
 
     async def close(self) -> None:
         for request_id in self._requests.ids():
@@ -227,7 +229,8 @@ class OpenAICompatEngine(TokenizedEngine):
                 yield request.abort_delta()
                 return
             if response.status != 200:
-                raise EngineError(f"openai: {what} was refused ({response.status}): {self._error_text(await response.text())}")
+                raise EngineError(f"openai: {what} was refused ({response.status})"
+                                  f"{self._error_text(url, await response.text())}")
             finish_reason: str | None = None
             prompt_tokens: int | None = None
             cached_tokens: int | None = None
@@ -247,9 +250,11 @@ class OpenAICompatEngine(TokenizedEngine):
                 try:
                     chunk = json.loads(payload)
                 except ValueError as exc:
-                    raise EngineError(f"openai: {what} sent a malformed chunk: {payload[:200]!r}") from exc
+                    raise EngineError(f"openai: {what} sent a malformed chunk"
+                                      f"{_logged(url, payload.decode(errors='replace'))}") from exc
                 if "error" in chunk:
-                    raise EngineError(f"openai: {what} failed on the server: {self._error_text(json.dumps(chunk))}")
+                    raise EngineError(f"openai: {what} failed on the server"
+                                      f"{self._error_text(url, json.dumps(chunk))}")
                 usage = chunk.get("usage")
                 if usage:
                     prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
@@ -319,13 +324,24 @@ class OpenAICompatEngine(TokenizedEngine):
         return self.encode(text)
 
     @staticmethod
-    def _error_text(body: str) -> str:
+    def _error_text(url: str, body: str) -> str:
+        """The server's own message in an OpenAI-format error (it says what to fix: a prompt too
+        long, a token out of vocabulary); any other answer is logged here, not quoted."""
         try:
             error = json.loads(body).get("error")
             if isinstance(error, dict):
-                return str(error.get("message", error))
+                return f": {error.get('message', error)}"
             if error:
-                return str(error)
+                return f": {error}"
         except (ValueError, AttributeError):
             pass
-        return body[:500]
+        return _logged(url, body)
+
+
+def _logged(url: str, body: str) -> str:
+    """Log an answer that is not what the protocol says and return the words that point to it.
+
+    Its bytes stay out of the error: an error travels to whoever asked for the job, and the answer
+    of whatever sits at a URL is this host's to see."""
+    log.warning("openai: the answer of %s (%d bytes): %.2000s", url, len(body), body)
+    return f" (an answer of {len(body)} bytes, logged on the host that ran the engine)"

@@ -27,6 +27,7 @@ from specgen.messages import (
     ErrorReply, Hello, JobCreated, JobEvent, JobEventNotice, JobResult, JobSpec, ReportJobEvent,
     ReportJobResult, SubmitAck, SubmitCandidate, Verdict, _Wire,
 )
+from specgen.runtime.engine_sources import ENGINE_OPTION, refusal as engine_refusal
 from specgen.runtime.ids import new_job_id
 from specgen.runtime.journal import Journal
 from specgen.runtime.job_access import JobAccess
@@ -364,6 +365,14 @@ class JobBook:
                 f"JobSpec.entry {spec.entry!r} is not one this scheduler runs "
                 f"({', '.join(self.settings.job_entries)}); add it to the setting job_entries")))
             return
+        if not self.peers[peer].admin:
+            # What the job's engine names is opened on this host by its reasoner: a plain client
+            # names only what the setting engine_sources allows (checked on the strings alone).
+            refused = engine_refusal(spec.options.get(ENGINE_OPTION), self.settings.engine_sources)
+            if refused:
+                self.counters["jobs_refused"] += 1
+                self.reply(peer, ErrorReply(code="bad_request", ref=msg.call_id, message=refused))
+                return
         spec.created_at = self.wall()
         if spec.wall_time_s is not None:
             spec.deadline = spec.created_at + spec.wall_time_s
@@ -445,11 +454,15 @@ class JobBook:
         if job is None or job.state != "running":
             return
         job.reasoner_deaths += 1
+        # `detail` is the end of the reasoner's log: tracebacks, the engine's own logging, paths
+        # of this host. It stays in this host's log; the job's followers are told where it is.
+        log.warning("job %s: the end of its reasoner's log:\n%s", job_id, detail or "(empty)")
+        where = "its log on the scheduler's host says why"
         if job.reasoner_deaths <= self.settings.reasoner_max_restarts:
             # The job goes on: a new reasoner runs the loop again, and what the dead one submitted
             # is neither queued twice nor evaluated again (its verdicts are replayed to the new one),
             # as after a scheduler restart.
-            self._emit(job, "reasoner_restarted", {"exit_code": exit_code, "detail": detail[-500:],
+            self._emit(job, "reasoner_restarted", {"exit_code": exit_code, "detail": where,
                                                    "restarts": job.reasoner_deaths})
             log.warning("job %s: reasoner exited with code %s; starting it again (%d of %d)",
                         job_id, exit_code, job.reasoner_deaths, self.settings.reasoner_max_restarts)
@@ -458,5 +471,4 @@ class JobBook:
         self._finish_job(job, JobResult(
             job_id=job_id, status="failed",
             error=f"the job's reasoner exited with code {exit_code} before reporting a result, "
-                  f"{job.reasoner_deaths} times (setting reasoner_max_restarts)"
-                  + (f": {detail}" if detail else "")), now)
+                  f"{job.reasoner_deaths} times (setting reasoner_max_restarts); {where}"), now)

@@ -10,10 +10,13 @@ It registers as the job's reasoner, fetches the job's spec, and calls the spec's
 `backend` is a SchedulerEvaluationBackend over this process's connection; `emit` relays progress
 events to the scheduler (journaled, forwarded to the job's subscribers). A return value that is
 not a JobResult becomes the `summary` of a "succeeded" JobResult; an exception becomes a "failed"
-one carrying the traceback's last lines. An entry with a `run_dir` parameter also gets the job's
-folder (`--run-dir`, under the scheduler's state directory), which outlives the reasoner: the
-optimize loop journals its progress there, so a reasoner started again after a crash or a
-scheduler restart continues at the iteration in progress. Candidates it submits again are
+one naming it (its traceback goes to this process's log, on the scheduler's host). Before the entry
+runs, names the setting `engine_sources` gives in `options["engine"]` become their values, and
+what the reasoner reports (events, result) shows those values by their names again
+(runtime/engine_sources.py): a client reads no path or URL of the host. An entry with a `run_dir`
+parameter also gets the job's folder (`--run-dir`, under the scheduler's state directory), which
+outlives the reasoner: the optimize loop journals its progress there, so a reasoner started again
+after a crash or a scheduler restart continues at the iteration in progress. Candidates it submits again are
 recognized (same job and candidate id) and answered from the scheduler's journal instead of being
 evaluated twice. SIGTERM (job cancelled or timed out)
 cancels the loop's task, so the loop can abort its generations on the way out.
@@ -37,6 +40,7 @@ from specgen.messages import JobEvent, JobResult, JobSpec
 from specgen.runtime.auth import client_keys_from_env, client_keys_from_text, present_credential
 from specgen.runtime.child_process import die_with_parent, take_secrets
 from specgen.runtime.client import Client
+from specgen.runtime.engine_sources import Redactor, resolve
 from specgen.runtime.scheduler_backend import SchedulerEvaluationBackend
 from specgen.runtime.settings import settings_from_env
 
@@ -65,11 +69,13 @@ def as_job_result(job_id: str, value: Any) -> JobResult:
     return JobResult(job_id=job_id, status="succeeded", summary=summary)
 
 
-async def run_entry(spec: JobSpec, client: Client, run_dir: Path | None = None) -> JobResult:
+async def run_entry(spec: JobSpec, client: Client, run_dir: Path | None = None,
+                    redact: Redactor = Redactor({})) -> JobResult:
     backend = SchedulerEvaluationBackend(client)
 
     def emit(event: JobEvent) -> None:
         event.job_id = spec.job_id
+        event.data = redact(event.data)
         client.report_event(event)
 
     entry = resolve_entry(spec.entry)
@@ -89,19 +95,22 @@ async def serve_job(client: Client, job_id: str, run_dir: Path | None = None,
     `stopped()` true (the scheduler stopped it: the job was cancelled or timed out, or the cluster
     is shutting down), it reports nothing: the scheduler has decided the job's end, or resumes it."""
     spec = await asyncio.to_thread(client.job_spec, job_id)
+    redact = resolve(spec.options, client.settings.engine_sources)
     try:
-        result = await run_entry(spec, client, run_dir)
+        result = await run_entry(spec, client, run_dir, redact)
     except asyncio.CancelledError:
         if stopped():
             log.info("job %s: stopped by the scheduler", job_id)
             return 0
         result = JobResult(job_id=job_id, status="cancelled", error="the job's loop was cancelled")
     except Exception as exc:  # noqa: BLE001 - the job failed, the reasoner reports it
-        tb = traceback.format_exc()
-        log.error("job %s failed:\n%s", job_id, tb)
-        lines = tb.strip().splitlines()
+        # The traceback names files of this host: it stays in this process's log.
+        log.error("job %s failed:\n%s", job_id, traceback.format_exc())
         result = JobResult(job_id=job_id, status="failed",
-                           error=f"{type(exc).__name__}: {exc}\n" + "\n".join(lines[-8:]))
+                           error=f"{type(exc).__name__}: {exc} (the traceback is in the job's "
+                                 "reasoner log on the scheduler's host)")
+    result.error = redact(result.error)
+    result.summary = redact(result.summary)
     await asyncio.to_thread(client.report_result, result)
     return 0
 

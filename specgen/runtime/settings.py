@@ -11,6 +11,7 @@ import msgspec
 
 from specgen.errors import UsageError
 from specgen.messages import EvalOptions
+from specgen.runtime.engine_sources import EngineSources, check_names
 
 SETTINGS_ENV = "SPECGEN_RUNTIME_SETTINGS"
 
@@ -57,6 +58,10 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # an entry is code the scheduler's host runs (add your own entry here to run it).
     job_entries: list[str] = msgspec.field(default_factory=lambda: [
         "specgen.optimize.job:run_scheduled_job", "specgen.runtime.jobs:evaluate_candidates"])
+    # The only models, tokenizers, base URLs and traces a plain client's job may name for its
+    # engine, by name: the job's reasoner opens them on this host (runtime/engine_sources.py).
+    # The admin (the operator's own `specgen optimize`) is not held to it.
+    engine_sources: EngineSources = msgspec.field(default_factory=EngineSources)
     job_grace_s: float = 30.0               # past a job's wall time, its reasoner gets this long
     reasoner_max_restarts: int = 3          # a job's reasoner that dies is started again this often
     # workers and nodes
@@ -89,6 +94,12 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             except msgspec.ValidationError as exc:
                 raise UsageError(f"setting eval_options: {exc} (the fields are EvalOptions', "
                                  "specgen/messages/runners.py)") from None
+        if not isinstance(self.engine_sources, EngineSources):
+            try:
+                self.engine_sources = msgspec.convert(self.engine_sources, EngineSources)
+            except msgspec.ValidationError as exc:
+                raise UsageError(f"setting engine_sources: {exc} (the fields are models, tokenizers, "
+                                 "base_urls and traces, each {name: value})") from None
 
     def check(self) -> "RuntimeSettings":
         if self.pool_mode not in ("elastic", "static"):
@@ -113,6 +124,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise UsageError("settings kv_reserve_bytes and kv_regrow_idle_s must not be negative")
         if self.kv_pool_timeout_s <= 0:
             raise UsageError("setting kv_pool_timeout_s must be positive")
+        wrong = check_names(self.engine_sources)
+        if wrong:
+            raise UsageError(wrong)
         if self.kv_control_bind is not None:
             from specgen.runtime.auth import is_loopback
 

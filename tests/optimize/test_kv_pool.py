@@ -46,10 +46,13 @@ def test_a_scheduled_job_keeps_its_kv_blocks_in_the_pool(tmp_path: Path, tiny_mo
     KV control channel; the result the command writes carries the pool's figures."""
     pytest.importorskip("vllm", reason="vLLM is not installed (make install-vllm)")
     from specgen.runtime.local import LocalCluster
+    from specgen.runtime.settings import RuntimeSettings
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")   # inherited by the cluster's reasoner
     out = tmp_path / "run"
-    with LocalCluster(devices=["cpu"], kv_control=True) as cluster:
+    # A plain client names only the models the scheduler allows (RuntimeSettings.engine_sources).
+    allowed = RuntimeSettings(engine_sources={"models": {"tiny": str(Path(tiny_model_path).resolve())}})
+    with LocalCluster(devices=["cpu"], kv_control=True, settings=allowed) as cluster:
         code = main(["optimize", str(PROBLEMS_DIR / "softmax.py"), "--llm", "vllm", "--model", tiny_model_path,
                      "--kv-pool-gib", "0.25", "--max-iterations", "1", "--time-budget", "120",
                      "--reasoning-max-tokens", "300", "--fork-max-tokens", "32",
