@@ -55,8 +55,9 @@ class CMakeBuild(build_ext):
 
 KV_MODULE = "specgen.kv._kv_transfer"
 DIGEST_MODULE = "specgen.eval._digest"
+ARENA_MODULE = "specgen.eval._arena"
 
 setup(
-    ext_modules=[CMakeExtension(KV_MODULE), CMakeExtension(DIGEST_MODULE)],
+    ext_modules=[CMakeExtension(KV_MODULE), CMakeExtension(DIGEST_MODULE), CMakeExtension(ARENA_MODULE)],
     cmdclass={"build_ext": CMakeBuild},
 )

@@ -6,9 +6,9 @@ import pytest
 
 from specgen import wire
 from specgen.messages import (
-    MESSAGE_TYPES, Ack, BuildRecord, CandidateSubmission, CandidateUpdate, Compare, EvalOptions, Hello,
-    JobEvent, JobProgress, KvPoolResize, KvPoolStats, KvPoolView, OptimizeEvent, OutputSlot, ParamInfo,
-    ProblemLoaded, RunnerReply, RunnerRequest, TriggerSettings, Trial, Verdict, WorkDone, WorkerStat,
+    MESSAGE_TYPES, Ack, Arg, BuildRecord, CandidateSubmission, CandidateUpdate, EvalOptions, Hand,
+    Hello, JobEvent, JobProgress, KvPoolResize, KvPoolStats, KvPoolView, Look, OptimizeEvent, ParamInfo,
+    ProblemLoaded, RunnerReply, RunnerRequest, Slot, TriggerSettings, Verdict, WorkDone, WorkerStat,
 )
 
 
@@ -27,7 +27,7 @@ def test_decoding_is_strict():
 
 def _samples() -> dict[str, object]:
     """One message or more of every family, with nested structs, tags and omitted defaults."""
-    trial = Trial(index=3, seed=11, digest_seed=13, shape={"N": 4})
+    slot = Slot(offset=0, shape=[4], dtype="float32")
     kv = KvPoolStats(pool_id="p", used_blocks=3, bytes_by_device={-1: 4096}, devices=[-1])
     update = CandidateUpdate(job_id="j", candidate_id="c", stage="full", verdict=Verdict(speedup=2.0))
     return {
@@ -35,8 +35,9 @@ def _samples() -> dict[str, object]:
         "submission": CandidateSubmission(job_id="j", candidate_id="c", problem_name="p",
                                           problem_source="s", candidate_source="t"),
         "eval_options": EvalOptions(trials=3, seed=5),
-        "trial": trial,
-        "compare": Compare(trial=trial, slots=[OutputSlot(offset=0, nbytes=16, shape=[4], dtype="float32")]),
+        "hand": Hand(index=3, seed=11, shape={"N": 4}),
+        "look": Look(index=3, digest_seed=13, outputs=[slot]),
+        "arg": Arg(slot=slot),
         "problem_loaded": ProblemLoaded(params=[ParamInfo(name="w", shape=[2], numel=2)],
                                         builds=[BuildRecord(name="e", key="k", ok=True)]),
         "hello": Hello(role="worker", name="n/cpu0", pid=42),
@@ -70,9 +71,10 @@ ENCODED = {
         "a770726f66696c65c3"
     ),
     "eval_options": (
-        "de001ca6747269616c7303a47365656405a461746f6cc0a472746f6cc0ac7365636f6e645f7368617065c3b1"
+        "de001ea6747269616c7303a47365656405a461746f6cc0a472746f6cc0ac7365636f6e645f7368617065c3b1"
         "72616e646f6d697a65645f706172616d73c3a67761726d757003ad74696d696e675f747269616c7332af6f76"
-        "6572686561645f747269616c730fb4636865636b65645f74696d65645f747269616c7302b17265665f626573"
+        "6572686561645f747269616c730fb4636865636b65645f74696d65645f747269616c7302af74696d696e675f"
+        "6275646765745f73cb4000000000000000b16d696e5f74696d696e675f747269616c730ab17265665f626573"
         "6964655f747269616c730fb0636f6d70696c655f626173656c696e65c2b063616368655f7265665f74696d69"
         "6e67c3ab666c6f6f725f636865636bc3b27065616b5f62616e6477696474685f676273c0ab7065616b5f7466"
         "6c6f7073c0a974696d656f75745f73cb4072c00000000000af6275696c645f74696d656f75745f73cb408c20"
@@ -82,21 +84,18 @@ ENCODED = {
         "6c645f736372617463685f6d62cd1000ad6d61785f70726f636573736573cd0200a963616368655f646972c0"
         "ad70726f626c656d5f7363616c65a46175746f"
     ),
-    "trial": (
-        "85a474797065a5747269616ca5696e64657803a4736565640bab6469676573745f736565640da57368617065"
-        "81a14e04"
+    "hand": "85a474797065a468616e64a5696e64657803a4736565640ba5736861706581a14e04a56561726c79c2",
+    "look": (
+        "84a474797065a46c6f6f6ba5696e64657803ab6469676573745f736565640da76f7574707574739193009104"
+        "a7666c6f61743332"
     ),
-    "compare": (
-        "85a474797065a7636f6d70617265a5747269616c85a474797065a5747269616ca5696e64657803a473656564"
-        "0bab6469676573745f736565640da5736861706581a14e04a5736c6f7473919400109104a7666c6f61743332"
-        "a461746f6cc0a472746f6cc0"
-    ),
+    "arg": "9293009104a7666c6f61743332c0",
     "problem_loaded": (
-        "8aa474797065ae70726f626c656d5f6c6f61646564a56572726f72c0a6706172616d739193a177910202ab69"
-        "6e7075745f627974657300ab706172616d5f627974657300a468616c66c2a5666c6f7073c0af73686170655f"
-        "636f6e7374616e747380a66275696c64739187a46e616d65a165a36b6579a16ba26f6bc3a77365636f6e6473"
-        "cb0000000000000000a6636163686564c2a56572726f72c0ab6465766963655f636f6465c3ac6b65726e656c"
-        "5f6b696e647390"
+        "8ba474797065ae70726f626c656d5f6c6f61646564a56572726f72c0a6706172616d739193a177910202ab69"
+        "6e7075745f627974657300ac6f75747075745f627974657300ab706172616d5f627974657300a468616c66c2"
+        "a5666c6f7073c0af73686170655f636f6e7374616e747380a66275696c64739187a46e616d65a165a36b6579"
+        "a16ba26f6bc3a77365636f6e6473cb0000000000000000a6636163686564c2a56572726f72c0ab6465766963"
+        "655f636f6465c3ac6b65726e656c5f6b696e647390"
     ),
     "hello": "5347020183a4726f6c65a6776f726b6572a46e616d65a66e2f63707530a37069642a",
     "ack": "5347020982a763616c6c5f696401a5636f756e7402",
@@ -172,8 +171,8 @@ def test_the_wire_bytes_decode_to_the_message() -> None:
     for name in ("hello", "ack", "work_done", "kv_pool_stats", "kv_pool_resize"):
         assert wire.decode_frame(samples[name], 1 << 20) == expected[name]
     requests, replies = msgspec.msgpack.Decoder(RunnerRequest), msgspec.msgpack.Decoder(RunnerReply)
-    assert requests.decode(samples["trial"]) == expected["trial"]
-    assert requests.decode(samples["compare"]) == expected["compare"]
+    assert requests.decode(samples["hand"]) == expected["hand"]
+    assert requests.decode(samples["look"]) == expected["look"]
     assert replies.decode(samples["problem_loaded"]) == expected["problem_loaded"]
 
 

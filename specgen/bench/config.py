@@ -107,14 +107,19 @@ def prebuild(config: BenchConfig) -> int:
     from specgen.eval.options import EvalOptions
 
     assert config.cache_dir is not None
-    sources = {s for p in config.problems for s in programs_in(p.trace)}
+    from specgen.messages import CandidateSubmission
+
     needing = []
-    for source in sources:
-        try:
-            if candidate_from_text(source).needs_build:
-                needing.append(source)
-        except UsageError:
-            continue
+    for problem in config.problems:
+        for source in set(programs_in(problem.trace)):
+            try:
+                if candidate_from_text(source).needs_build:
+                    # With its problem: builds in __init__ and the first forward are made now too.
+                    needing.append(CandidateSubmission(
+                        job_id="prebuild", candidate_id="", problem_name=problem.problem,
+                        problem_source=problem.source, candidate_source=source))
+            except UsageError:
+                continue
     if not needing:
         return 0
     # On the first evaluation device: a GPU worker builds for its own architecture.

@@ -1,23 +1,10 @@
-"""One call of a model inside a runner: inputs made from a seed, the call, the output's digest.
+"""The problem's module inside a runner, and what both runners share about a call's values.
 
-Both the reference runner and the candidate runner do a trial the same way (`run_trial`), so the
-judge times the same path on both sides and nothing but the model differs:
-
-1. the inputs, by the problem's own `get_inputs()` after seeding every generator with the trial's
-   seed, made on the device. They are the last thing written before the call: whatever the
-   caches hold when the model is called is the inputs, as warm as any order could make them, so
-   reordering this in a candidate's process gains nothing;
-2. the call;
-3. the digest (eval/digest.py): per output tensor, sum(output x s) in float64 with signs s
-   hashed from the trial's digest seed and each element's index, read back to the host. Reading
-   it needs the whole output computed, so the reply cannot leave before the work is done (a
-   thread or a side stream still writing the output makes the digest wrong, not the time
-   short), and no output but the right one matches the reference's digest. The inputs are
-   digested the same way (other signs): a call that changed them shows.
-
-A timed trial (`Trial.staged`) also tells the judge when (1) and (2) are over, the device
-synchronized first (`TrialStage`): the judge's clock splits the trial into the windows of making
-the inputs, the call and the digest (eval/profiling.py says what is trusted of them, and why).
+`ProblemModule` makes a call's inputs: the problem's own `get_inputs()` after seeding every
+generator with the call's seed, on the device. Only the reference runner makes inputs (eval/arena.py
+hands them over); the candidate's runner loads the problem to build its `Model`, which the judge
+times there before the candidate's code is loaded. Digests (eval/digest.py) are taken by the
+reference runner only.
 
 Importing this module imports torch: it runs in runners only.
 """
@@ -32,7 +19,7 @@ import torch
 
 from specgen.eval.digest import INPUTS, OUTPUTS, digests
 from specgen.eval.loader import ProblemSource, exec_source, problem_from_text
-from specgen.messages import LoadProblem, OutputMeta, Trial
+from specgen.messages import LoadProblem, OutputMeta
 
 
 def seed_all(seed: int) -> None:
@@ -141,19 +128,8 @@ class ProblemModule:
             return None
 
 
-class CallResult:
-    """What one trial left behind: the outputs (for a Ship) and what the reply says."""
-
-    def __init__(self, leaves: list[Any], digests_: list[float], metas: list[OutputMeta],
-                 input_digests: list[float]) -> None:
-        self.leaves = leaves
-        self.digests = digests_
-        self.metas = metas
-        self.input_digests = input_digests
-
-
 def output_digests(leaves: list[Any], digest_seed: int, device: str) -> list[float]:
-    """The output tensors' digests."""
+    """The output tensors' digests (signs drawn by the judge after the call)."""
     return digests(leaves, digest_seed, OUTPUTS, device)
 
 
@@ -165,38 +141,3 @@ def input_digests(inputs: list[Any], digest_seed: int, device: str) -> list[floa
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
-
-
-def run_trial(problem: ProblemModule, call: Callable[..., Any] | None, trial: Trial,
-              null_like: list[Any] | None = None,
-              mark: Callable[[str], None] | None = None) -> CallResult:
-    """Make the trial's inputs, call, digest (see the module doc). `call=None` (a null trial)
-    digests `null_like` instead: tensors shaped like the outputs, made before the trial. `mark`
-    tells the judge a stage is over (a staged trial)."""
-    device = problem.device
-
-    def stage(name: str) -> None:
-        if mark is not None:
-            synchronize(device)
-            mark(name)
-
-    if call is None:
-        leaves = null_like or []
-        inputs = problem.inputs(trial.seed, trial.shape)
-        stage("made")
-        stage("called")
-        return CallResult(leaves, output_digests(leaves, trial.digest_seed, device), [],
-                          input_digests(inputs, trial.digest_seed, device))
-    inputs = problem.inputs(trial.seed, trial.shape)
-    if trial.refill_seed is not None:
-        call(*inputs)
-        fresh = problem.inputs(trial.refill_seed, trial.shape)
-        for held, new in zip(inputs, fresh):
-            if isinstance(held, torch.Tensor) and isinstance(new, torch.Tensor):
-                held.copy_(new)
-        del fresh
-    stage("made")
-    leaves = flatten(call(*inputs))
-    stage("called")
-    return CallResult(leaves, output_digests(leaves, trial.digest_seed, device),
-                      output_meta(leaves), input_digests(inputs, trial.digest_seed, device))

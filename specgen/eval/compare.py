@@ -84,14 +84,26 @@ def _cast_input(x: Any) -> Any:
     return x
 
 
+WIDE_LIMIT_BYTES = 16 << 30     # float64 copies of one call's inputs and outputs, at most
+
+
 class AccurateModel:
     """The problem's model as an accurate reference: a float64 copy where it runs, else the
-    model itself in float32 with TF32 off. Rebuilt after its parameters change."""
+    model itself in float32 with TF32 off. Rebuilt after its parameters change.
 
-    def __init__(self, model: Any) -> None:
+    Which one is a rule of the problem's size, not of the device's free memory: a call whose
+    inputs and outputs take more than WIDE_LIMIT_BYTES in float64 (`wide_bytes`) is computed in
+    float32 without TF32 on every card (a float64 softmax over 6.4 GB fell back on an 80 GB card
+    and not on a 141 GB one, so the tolerance a candidate met depended on the card)."""
+
+    def __init__(self, model: Any, wide_bytes: int = 0) -> None:
         self.model = model
         self._wide: Any = None
         self.how = ""
+        if wide_bytes > WIDE_LIMIT_BYTES:
+            self.how = (f"float32 without TF32 (in float64 one call's inputs and outputs take "
+                        f"{wide_bytes / 2**30:.1f} GiB, over the {WIDE_LIMIT_BYTES >> 30} GiB "
+                        "computed in float64)")
 
     def invalidate(self) -> None:
         self._wide = None
@@ -134,17 +146,58 @@ class no_tf32:
 
 
 def tol_norm(r: Any, atol: float | None, rtol: float | None) -> float:
-    """sqrt(sum((atol + rtol |r|)^2)) over a tensor's elements (0 for non-float outputs)."""
+    """sqrt(sum((atol + rtol |r|)^2)) over a tensor's elements (0 for non-float outputs), from
+    sum |r| and sum r^2: two reductions in float64, no temporaries of the tensor's size."""
     if not isinstance(r, torch.Tensor) or not (r.is_floating_point() or r.is_complex()):
         return 0.0
     a_tol, r_tol = tolerance_for(r.dtype, atol, rtol)
-    flat = r.detach().reshape(-1)
-    total = 0.0
-    step = _chunk(flat)
-    for start in range(0, flat.numel(), step):
-        chunk = flat[start:start + step].to(torch.float64).abs()
-        total += float(((a_tol + r_tol * chunk) ** 2).sum())
-    return math.sqrt(total)
+    count = r.numel()
+    absolute = _norm(r, 1)
+    square = l2_norm(r) ** 2
+    return math.sqrt(max(count * a_tol * a_tol + 2 * a_tol * r_tol * absolute
+                         + r_tol * r_tol * square, 0.0))
+
+
+def _norm(r: Any, order: int) -> float:
+    values = r.detach()
+    if values.is_complex():
+        values = torch.view_as_real(values)
+    return float(torch.linalg.vector_norm(values, ord=order, dtype=torch.float64)) \
+        if values.numel() else 0.0
+
+
+def l2_norm(r: Any) -> float:
+    """sqrt(sum(r^2)), accumulated in float64."""
+    return _norm(r, 2)
+
+
+DIGEST_SIGMAS = 6.0             # a right output's digest misses by more than this < 3e-8 of the time
+
+
+def same_digests(a: list[float], b: list[float]) -> bool:
+    """Digests of the same values: equal but for the order of the float64 sum, which on a GPU
+    changes from one digest to the next (blocks add their parts atomically), so never compared
+    with `==`."""
+    return len(a) == len(b) and all(math.isfinite(x) and abs(x - y) <= 1e-9 * (abs(y) + 1.0)
+                                    for x, y in zip(a, b))
+
+
+def digest_bound(r: Any, ref_error_norm: float, reference: float, atol: float | None = None,
+                 rtol: float | None = None) -> float:
+    """How far a right output's digest may be from the digest `reference` of the reference's
+    output `r` (eval/digest.py).
+
+    With signs s drawn after the call and e = output - r independent of them, sum(e x s) has mean
+    0, deviation |e| (L2) and sub-Gaussian tails (Hoeffding: P(> k |e|) <= 2 exp(-k^2 / 2)). A
+    right output has |e| at most the tolerance's norm plus the reference's own error, and, as
+    the element rule bounds the largest error by 10 rtol of the largest value, at most 10 rtol
+    |r|: without that second bound a constant passes wherever the values are below the absolute
+    tolerance (a softmax over 393,216 columns is about 2.5e-6 everywhere)."""
+    tol = tol_norm(r, atol, rtol)
+    if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex()):
+        _, r_tol = tolerance_for(r.dtype, atol, rtol)
+        tol = min(tol, REL_BOUND_FACTOR * r_tol * l2_norm(r))
+    return DIGEST_SIGMAS * (tol + ref_error_norm) + 1e-9 * abs(reference) + 1e-12
 
 
 def compare_outputs(cand: list[Any], ref: list[Any], accurate: list[Any],

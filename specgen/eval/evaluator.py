@@ -12,7 +12,10 @@ no CUDA context) from which it forks, inside the sandbox:
 `run()` parses the sources (nothing of them runs here), builds what needs building (eval/builds.py),
 and lets the judge (eval/judge.py) make the verdict from the two runners. The reference's timing is
 cached per problem source, device and timing settings; builds are cached per candidate source.
-Nothing a candidate does can crash the worker or reach another candidate's run.
+Nothing a candidate does can crash the worker or reach another candidate's run: a runner owns its
+process and can send whatever it likes, so an exception raised anywhere while judging a candidate
+ends as that candidate's verdict (code `candidate`), with its runners killed and the traceback in
+the worker's log, and the worker takes the next candidate.
 """
 from __future__ import annotations
 
@@ -36,7 +39,6 @@ from specgen.eval.device_turns import DeviceTurns
 from specgen.eval.inputs import new_init_seed
 from specgen.eval.judge import Judge, ProblemState
 from specgen.eval.loader import CandidateSource, ProblemSource, candidate_from_text, problem_from_text
-from specgen.eval.output_buffers import OutputBuffers
 from specgen.eval.redact import redact_verdict
 from specgen.eval.runner_process import Runner, RunnerError, SparePool, Template
 from specgen.eval.sandbox import SandboxStatus
@@ -46,6 +48,7 @@ from specgen.messages import (STAGES, BuildResult, CandidateSubmission, EvalOpti
 log = logging.getLogger(__name__)
 
 SANDBOX_MODES = ("required", "optional", "off")
+_ERROR_CHARS = 600              # of an unexpected exception's text in a verdict
 
 
 class RefTimingCache:
@@ -135,7 +138,6 @@ class EvalWorker:
         self._ready: RunnerReady | None = None
         self._ref_cache: RefTimingCache | None = None
         self._turns: DeviceTurns | None = None
-        self._buffers = OutputBuffers()
         self._builds = Builds(self.cache_dir, self.options, self._fork)
         self.evaluated = 0
 
@@ -147,7 +149,6 @@ class EvalWorker:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._ref_cache = RefTimingCache(self.cache_dir)
         self._turns = DeviceTurns(self.device)
-        self._buffers = OutputBuffers()
         if self.options.sandbox != "off" and sandbox.outer_uid() is not None:
             # Runners are other users: they read the cache (libraries this worker published)
             # through a read-only view, so its top folder must let others in (a mkdtemp'd or
@@ -230,7 +231,6 @@ class EvalWorker:
         turns, self._turns = self._turns, None
         if turns is not None:
             turns.close()
-        self._buffers.close()
 
     def __enter__(self) -> "EvalWorker":
         self.start()
@@ -290,11 +290,23 @@ class EvalWorker:
         Thread-safe and independent of `run()`, so builds of queued candidates can use CPU cores
         while this worker's device runs another candidate.
         """
+        problem = None
         if isinstance(candidate, CandidateSubmission):
+            # With its problem, the build also finds what ModelNew builds in __init__ and forward.
+            try:
+                problem = problem_from_text(candidate.problem_source,
+                                            name=candidate.problem_name or None) \
+                    if candidate.problem_source else None
+            except UsageError:
+                problem = None
             candidate = candidate_from_text(candidate.candidate_source)
         elif isinstance(candidate, str):
             candidate = candidate_from_text(candidate)
-        return self._builds.build(candidate)
+        return self._builds.build(candidate, problem=problem, scale=self._scale())
+
+    def _scale(self) -> str:
+        """The problem scale runs use here (builds find the calls made at that scale)."""
+        return self.options.resolved_scale("cuda" if self.device.startswith("cuda") else "cpu")
 
     # ------------------------------------------------------------------ the reference
     def _reference_for(self, problem: ProblemSource) -> tuple[_Reference | None, str | None]:
@@ -358,15 +370,48 @@ class EvalWorker:
             self._early_cancels.discard(run_id)   # type: ignore[arg-type]
         try:
             verdict = self._run(submission, stage)
+            redact_verdict(verdict)
+        except Exception as exc:  # noqa: BLE001 - whatever a runner sent: this candidate's verdict
+            verdict = self._failed(submission, exc)
         finally:
             with self._lock:
                 self._run_id = None
-        redact_verdict(verdict)
         verdict.sandbox = self.sandbox_status.kind
         verdict.stage = stage
         verdict.device = self.device
         verdict.stage_seconds["total"] = round(time.monotonic() - began, 4)
         self.evaluated += 1
+        return verdict
+
+    def _failed(self, submission: CandidateSubmission, exc: Exception) -> Verdict:
+        """The verdict of a run during which judging raised `exc`: every runner of the run is
+        killed, the reference's too (a request to it may be unanswered, so it is out of step),
+        and the worker is ready for the next candidate."""
+        log.error("worker %s: judging candidate %s/%s raised; its runners are killed and the "
+                  "candidate fails", self.name, submission.job_id, submission.candidate_id,
+                  exc_info=exc)
+        with self._lock:
+            current, self._current = self._current, []
+            reference, self._reference = self._reference, None
+            cancelled = self._cancel_requested
+        for runner in current + ([reference.runner] if reference is not None else []):
+            try:
+                runner.kill()
+                runner.remove_log()
+            except Exception:  # noqa: BLE001 - killing is best effort here, and never raises
+                log.exception("worker %s: killing a runner failed", self.name)
+        if cancelled:
+            return Verdict(error="cancelled", code="cancelled",
+                           cpu_timing=not self.device.startswith("cuda"))
+        text = f"{type(exc).__name__}: {exc}"
+        verdict = Verdict(error=f"the judge could not handle what the candidate's run sent, and "
+                                f"stopped it: {text[:_ERROR_CHARS]}", code="candidate",
+                          cpu_timing=not self.device.startswith("cuda"))
+        try:
+            redact_verdict(verdict)
+        except Exception:  # noqa: BLE001
+            verdict.error = f"the judge could not handle what the candidate's run sent, and " \
+                            f"stopped it: {type(exc).__name__}"
         return verdict
 
     def _run(self, submission: CandidateSubmission, stage: str) -> Verdict:
@@ -387,7 +432,8 @@ class EvalWorker:
                                   f"({self.sandbox_status.detail}); set EvalOptions.sandbox="
                                   f"'optional' (specgen-node --allow-unsandboxed) to run them "
                                   f"anyway"), code="refused", cpu_timing=cpu_timing)
-        build = self._builds.build(candidate, self._cancelled, self._track)
+        build = self._builds.build(candidate, self._cancelled, self._track, problem=problem,
+                                   scale=self._scale())
         if candidate.needs_build:
             seconds["build"] = round(build.seconds, 4)
         if self._cancelled():
@@ -429,8 +475,7 @@ class EvalWorker:
                            stage_seconds=seconds)
         self._track(reference.runner)
         judge = Judge(self.options, self.device, reference.runner, runner, reference.state,
-                      candidate, ref_timing, build, self._cancelled, self._turns,
-                      self._buffers, submission.job_id)
+                      candidate, ref_timing, build, self._cancelled, self._turns)
         try:
             verdict = judge.run(stage)
         except RunnerError as exc:

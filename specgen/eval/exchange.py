@@ -1,6 +1,8 @@
 """The judge's requests to its two runners (eval/judge.py): each sent in a turn on the device,
 within the evaluation's deadline, its reply checked for type; a request that gets no fit reply
-stops the evaluation with the verdict saying why, and whose fault it was.
+stops the evaluation with the verdict saying why, and whose fault it was. A call goes through the
+reference runner's arena (eval/arena.py): inputs handed over, the call, the outputs read; a timed
+call is one window, from handing over to the reply.
 
 Workers sharing the GPU take turns (eval/device_turns.py): between this judge's requests its
 candidate runner is stopped, so nothing of it runs beside another worker's timing.
@@ -12,13 +14,12 @@ import os
 import time
 from typing import Any, Callable, Iterator
 
-import msgspec
-
 from specgen.eval.device_turns import DeviceTurns
 from specgen.eval.findings import Findings, Stop
 from specgen.eval.runner_process import Runner
-from specgen.eval.timing import Windows
-from specgen.messages import Trial, TrialDone, TrialStage
+from specgen.eval.arena import claimed
+from specgen.messages import (ArenaMade, ArenaMapped, Awake, Call, Called, Hand, Handed, Look,
+                              Looked, MakeArena, MapArena, Read, ReadDone, Slot, Wake)
 
 
 @contextlib.contextmanager
@@ -52,6 +53,8 @@ class Exchange:
         self.deadline = time.monotonic() + timeout_s
         self.turns = turns or DeviceTurns("cpu")
         self._candidate_running = not self.turns.active
+        self.index = 0                              # the calls handed over, numbered
+        self.arena = (0, 0)                         # its regions' sizes, as the reference made them
         if self.turns.active:
             candidate.pause()
 
@@ -81,12 +84,14 @@ class Exchange:
                     self.candidate.pause()
                     self._candidate_running = False
 
-    def ask(self, runner: Runner, message: Any, expect: type, fds: tuple[int, ...] = ()) -> Any:
-        """Send one request and return its reply, or stop: the verdict says why (and whose)."""
+    def ask(self, runner: Runner, message: Any, expect: type, fds: tuple[int, ...] = (),
+            fds_expected: int = 0) -> Any:
+        """Send one request and return its reply, or stop: the verdict says why (and whose).
+        Descriptors beyond `fds_expected` that come with the reply are closed on arrival."""
         with self.turn(candidate=runner is self.candidate):
             began = time.perf_counter()
             received, why = runner.request(message, self.deadline, self.timeout_setting(),
-                                           self.polled(runner), fds)
+                                           self.polled(runner), fds, fds_expected=fds_expected)
             # Where a verdict's time goes, per runner and request ("reference Compare").
             key = f"{runner.role} {type(message).__name__}"
             seconds = self.findings.seconds
@@ -94,10 +99,9 @@ class Exchange:
         if received is None:
             self.no_reply(runner, why)
         if not isinstance(received.message, expect):
-            runner.kill()
-            self.findings.fail(f"the {runner.role} runner answered {type(received.message).__name__} "
-                               f"to {type(message).__name__}")
-            raise Stop
+            for fd in received.fds:
+                os.close(fd)
+            self.unexpected(runner, received.message, type(message))
         return received
 
     def polled(self, runner: Runner) -> Callable[[], bool]:
@@ -112,39 +116,154 @@ class Exchange:
             return self.cancelled()
         return check
 
-    def timed(self, runner: Runner, trial: Trial) -> tuple[TrialDone, Windows | None]:
-        """One timed call, staged (Trial.staged): its reply and its windows in ms, from the
-        request to the kernel's receive stamps on the two stages and on the reply. A reply with
-        an error may come in place of a stage (the inputs or the call raised): no windows then."""
+    # ------------------------------------------------------------------ the arena
+    def make_arena(self, input_bytes: int, output_bytes: int) -> None:
+        """The reference runner's arena at least this large, mapped in the candidate's runner."""
+        made: ArenaMade = self.ask(self.reference, MakeArena(input_bytes=input_bytes,
+                                                             output_bytes=output_bytes),
+                                   ArenaMade, fds_expected=2)
+        self._map(made.message, made.fds)
+
+    def _map(self, made: ArenaMade | Handed, fds: list[int]) -> None:
+        """Hand the reference runner's arena descriptors `fds` to the candidate's runner."""
+        try:
+            if len(fds) != 2:
+                self.findings.fail(f"the reference runner sent {len(fds)} arena descriptors, not 2 "
+                                   "(the reference, not the candidate)")
+                self.findings.verdict.code = self.findings.verdict.code or "reference"
+                raise Stop
+            if isinstance(made, ArenaMade):
+                self.arena = (made.input_bytes, made.output_bytes)
+            mapped: ArenaMapped = self.ask(self.candidate, MapArena(
+                input_bytes=self.arena[0], output_bytes=self.arena[1]), ArenaMapped,
+                fds=tuple(fds)).message
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if mapped.error:
+            self.findings.fail(f"the candidate's runner: {mapped.error}")
+            raise Stop
+
+    def hand(self, seed: int, shape: dict[str, int] | None = None, early: bool = False,
+             rejected_ok: bool = False) -> Handed:
+        """The reference runner makes a call's inputs and hands them over in the arena (untimed);
+        an arena it had to grow is mapped in the candidate's runner. A problem that raises on
+        them stops the evaluation (its fault), unless `rejected_ok`: then the reply says why."""
+        self.index += 1
+        received = self.ask(self.reference, Hand(index=self.index, seed=seed, shape=shape or {},
+                                                 early=early), Handed, fds_expected=2)
+        if rejected_ok and received.message.error and received.message.index == self.index:
+            for fd in received.fds:
+                os.close(fd)
+            return received.message
+        return self._handed(received)
+
+    def _handed(self, received: Any) -> Handed:
+        handed: Handed = received.message
+        if handed.index != self.index or handed.error:
+            for fd in received.fds:
+                os.close(fd)
+            self.findings.fail(f"{handed.error or 'the reference runner answered another call'} "
+                               "(the reference, not the candidate)")
+            self.findings.verdict.code = self.findings.verdict.code or "reference"
+            raise Stop
+        if handed.grown:
+            self.arena = (max(self.arena[0], handed.input_bytes),
+                          max(self.arena[1], handed.output_bytes))
+            self._map(handed, received.fds)
+        else:
+            for fd in received.fds:
+                os.close(fd)
+        return handed
+
+    def call(self, runner: Runner, handed: Handed, **flags: Any) -> Called:
+        """`runner` calls its model on the inputs handed over (untimed)."""
+        done = self.ask(runner, Call(index=handed.index, args=handed.args, **flags), Called).message
+        return self._echoed(runner, done, handed.index)
+
+    def _echoed(self, runner: Runner, done: Called, index: int) -> Called:
+        """A reply to call `index`, not a stale or early one."""
+        if done.index != index:
+            runner.kill()
+            self.findings.fail(f"the {runner.role} runner answered call {done.index} to call "
+                               f"{index}")
+            raise Stop
+        return done
+
+    def look(self, done: Called, slots: list[Slot], digest_seed: int) -> None:
+        """The reference runner reads the outputs the call left in the arena (untimed)."""
+        looked: Looked = self.ask(self.reference, Look(index=done.index, digest_seed=digest_seed,
+                                                       outputs=slots), Looked).message
+        self._looked(looked, done.index)
+
+    def _looked(self, looked: Looked, index: int) -> None:
+        if looked.index != index:
+            self.findings.fail("the reference runner answered another call (the reference, not "
+                               "the candidate)")
+            self.findings.verdict.code = self.findings.verdict.code or "reference"
+            raise Stop
+        if looked.error:
+            self.findings.fail(looked.error)
+            raise Stop
+
+    def timed(self, runner: Runner, seed: int, digest_seed: int, **flags: Any
+              ) -> tuple[Called, float | None]:
+        """One timed call in `runner` on fresh inputs made from `seed`: its reply and its window in
+        ms, from sending the reference runner the request that hands the inputs over to the
+        kernel's receive stamp on its reply to `Look`, the outputs read (eval/timing.py). No
+        window when the call raised or its outputs cannot be read (the reply says why)."""
+        self.index += 1
+        # Awake and waiting for its call before the window opens, whatever came before (the
+        # reading of its last call can outlast its wait without sleeping).
+        runner.send(Wake())
+        self._receive(runner, Wake, Awake, " (before a timed call)")
         # The reference runner outlives the evaluation: a cancel waits for its whole reply, so
         # that it is in step with the next request (a candidate runner is killed at once).
+        began = self.reference.send(Hand(index=self.index, seed=seed))
+        handed = self._handed(self._receive(self.reference, Hand, Handed,
+                                            " (handing over a timed call's inputs)", 2))
+        runner.send(Call(index=handed.index, args=handed.args, **flags))
+        done = self._echoed(runner, self._receive(runner, Call, Called, " (while timed)").message,
+                            handed.index)
+        slots = claimed(done.outputs, self.arena[1])
+        if done.error or isinstance(slots, str):
+            return done, None
+        self.reference.send(Look(index=done.index, digest_seed=digest_seed, outputs=slots))
+        received = self._receive(self.reference, Look, Looked, " (reading a timed call's outputs)")
+        self._looked(received.message, done.index)
+        ended = received.stamp_ns if received.stamp_ns is not None \
+            else time.clock_gettime_ns(time.CLOCK_REALTIME)
+        return done, (ended - began) / 1e6
+
+    def _receive(self, runner: Runner, request: type, expect: type, when: str,
+                 fds_expected: int = 0) -> Any:
+        """The reply to a request sent already (a timed call's), or stop."""
         kept = runner.role == "reference"
-        stamps = [runner.send(msgspec.structs.replace(trial, staged=True))]
-        for stage in ("made", "called", None):
-            received, why = runner.receive(self.deadline, self.timeout_setting(),
-                                           (lambda: False) if kept else self.cancelled)
-            if received is None:
-                self.no_reply(runner, why, " (while timed)")
-            message = received.message
-            stamps.append(received.stamp_ns if received.stamp_ns is not None
-                          else time.clock_gettime_ns(time.CLOCK_REALTIME))
-            if isinstance(message, TrialDone) and (stage is None or message.error):
-                if kept and self.cancelled():
-                    self.no_reply(runner, "cancelled")
-                if stage is not None:
-                    return message, None
-                made, call, digest = ((b - a) / 1e6 for a, b in zip(stamps, stamps[1:]))
-                return message, Windows(made=made, call=call, digest=digest)
-            if not (isinstance(message, TrialStage) and message.stage == stage
-                    and message.index == trial.index):
-                runner.kill()
-                what = f"stage {message.stage!r} of call {message.index}" \
-                    if isinstance(message, TrialStage) else type(message).__name__
-                expected = f"stage {stage!r} of call {trial.index}" if stage else "TrialDone"
-                self.findings.fail(f"the {runner.role} runner answered {what} to a timed call, "
-                                   f"where {expected} was due")
-                raise Stop
-        raise AssertionError("unreachable")
+        received, why = runner.receive(self.deadline, self.timeout_setting(),
+                                       (lambda: False) if kept else self.cancelled,
+                                       fds_expected=fds_expected)
+        if received is None:
+            self.no_reply(runner, why, when)
+        if kept and self.cancelled():
+            for fd in received.fds:
+                os.close(fd)
+            self.no_reply(runner, "cancelled")
+        if not isinstance(received.message, expect):
+            for fd in received.fds:
+                os.close(fd)
+            self.unexpected(runner, received.message, request)
+        return received
+
+    def read(self, done: Called, full: bool, atol: float | None, rtol: float | None) -> ReadDone:
+        """The reference runner judges the outputs it looked at."""
+        return self.ask(self.reference, Read(index=done.index, full=full, atol=atol, rtol=rtol),
+                        ReadDone).message
+
+    def unexpected(self, runner: Runner, message: Any, request: type) -> None:
+        runner.kill()
+        self.findings.fail(f"the {runner.role} runner answered {type(message).__name__} "
+                           f"to {request.__name__}")
+        raise Stop
 
     def timeout_setting(self) -> str:
         return f"EvalOptions.timeout_s = {self.timeout_s:g} s"

@@ -1,31 +1,26 @@
-"""The judge's seeds: every call's inputs and digest weights, and which timed calls are compared in
+"""The judge's seeds: every call's inputs and digest signs, and which timed calls are compared in
 full, are drawn here, fresh per call and unpredictable (EvalOptions.seed pins them, for tests).
 
-A runner makes a call's inputs from its seed (the problem's own `get_inputs()` after seeding), so a
-candidate learns them only with the request: nothing computed ahead of it can be right.
+The reference runner makes a call's inputs from its seed (the problem's own `get_inputs()` after
+seeding) and hands them over as the call's window opens (eval/arena.py): the candidate's process
+never sees a seed, so nothing computed ahead of its call can be right. A digest's signs are drawn
+after the call and go to the reference runner only.
 """
 from __future__ import annotations
 
 import random
 import secrets
-from typing import Any, Sequence
-
-from specgen.messages import Trial
+from typing import Sequence
 
 
 class Inputs:
-    """The seeds of one evaluation; `trial()` numbers the calls in the order they are made."""
+    """The seeds of one evaluation."""
 
     def __init__(self, seed: int | None) -> None:
         self.rng = random.Random(seed) if seed is not None else random.SystemRandom()
-        self.index = 0
 
     def seed(self) -> int:
         return self.rng.randrange(1, 2**62)
-
-    def trial(self, **fields: Any) -> Trial:
-        self.index += 1
-        return Trial(index=self.index, seed=self.seed(), digest_seed=self.seed(), **fields)
 
     def pick(self, population: Sequence[int], count: int) -> set[int]:
         """`count` of `population`, drawn unpredictably (the timed calls compared in full)."""

@@ -3,15 +3,15 @@ process can forge.
 
 Three processes take part (docs/evaluation.md, "The judge"):
 
-* the **judge** (this module, in the worker): draws every seed (inputs and digest weights) fresh
-  and unpredictable per call, decides which outputs to compare in full, measures every time on
-  its own clock, compares digests, writes the verdict. It runs no problem or candidate code.
-* the **reference runner**: runs the problem's code only; computes the accurate reference value
-  of any call and compares a candidate's output with it; times the reference.
-* the **candidate runner**: runs a call when told (inputs from the judge's seed, the call, the
-  digest) and copies its output into a buffer when told. Whatever it replies is evidence to
-  check, never a verdict field: a digest is believed only if it matches the reference's, an
-  output only if the reference finds it right, a time is never taken from it.
+* the **judge** (this module, in the worker): draws every seed (inputs and digest signs) fresh
+  and unpredictable per call, decides which outputs to compare in full (after the call), measures
+  every time on its own clock, writes the verdict. It runs no problem or candidate code.
+* the **reference runner**: runs the problem's code only; owns the arena (eval/arena.py): makes
+  every call's inputs and hands them over there, reads every call's outputs there itself and
+  judges them against its own call and the accurate value; times the reference.
+* the **candidate runner**: maps the arena, calls its model on the inputs there when told and
+  leaves its outputs there. Whatever it replies is never a verdict field: where it says its
+  outputs lie only tells the reference runner where to read, and a time is never taken from it.
 
 `Judge` runs the stages; its parts each own one idea: the verdict as it is written
 (eval/findings.py), the seeds (eval/inputs.py), the requests to the two runners
@@ -21,7 +21,7 @@ beyond the plain trials (eval/probes.py), the timing of both sides (eval/profili
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from specgen.eval.device_turns import DeviceTurns
@@ -29,7 +29,6 @@ from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings, Stop
 from specgen.eval.inputs import Inputs
 from specgen.eval.loader import CandidateSource, ProblemSource
-from specgen.eval.output_buffers import OutputBuffers
 from specgen.eval.output_checks import OutputChecks
 from specgen.eval.probes import Probes
 from specgen.eval.profiling import Profiler
@@ -46,7 +45,6 @@ class ProblemState:
     load: LoadProblem                   # what the runner was loaded with (its init seed)
     loaded: ProblemLoaded               # what it found
     ready: RunnerReady
-    ref_error_norms: list[float] = field(default_factory=list)   # largest seen, per output
 
 
 class Judge:
@@ -55,8 +53,7 @@ class Judge:
     def __init__(self, options: EvalOptions, device: str, reference: Runner, candidate: Runner,
                  problem: ProblemState, candidate_source: CandidateSource,
                  ref_timing: RefTiming | None, build: BuildResult | None,
-                 cancelled: Callable[[], bool], turns: DeviceTurns | None = None,
-                 buffers: OutputBuffers | None = None, owner: str = "") -> None:
+                 cancelled: Callable[[], bool], turns: DeviceTurns | None = None) -> None:
         self.options = options
         self.device = device
         self.cuda = device.startswith("cuda")
@@ -68,10 +65,8 @@ class Judge:
         self.findings = Findings(device, self.cuda)
         self.exchange = Exchange(self.findings, reference, candidate, options.timeout_s, cancelled,
                                  turns)
-        self.checks = OutputChecks(self.findings, self.exchange, options, problem.ref_error_norms,
-                                   buffers, owner)
-        self.probes = Probes(self.findings, self.inputs, self.exchange, self.checks, options,
-                             problem.loaded)
+        self.checks = OutputChecks(self.findings, self.exchange, self.inputs, options)
+        self.probes = Probes(self.findings, self.exchange, self.checks, options, problem.loaded)
         self.profiler = Profiler(self.findings, self.inputs, self.exchange, self.checks, options,
                                  problem.loaded, problem.ready, ref_timing)
 
@@ -80,9 +75,6 @@ class Judge:
         """The reference's timing when this evaluation measured it (for the cache), else None."""
         return self.profiler.new_ref_timing
 
-    def close(self) -> None:
-        self.checks.close()
-
     # ------------------------------------------------------------------ the flow
     def run(self, stage: str) -> Verdict:
         began = time.monotonic()
@@ -90,12 +82,13 @@ class Judge:
             self._run(stage)
         except Stop:
             pass
-        finally:
-            self.close()
         return self.findings.finish(stage, began)
 
     def _run(self, stage: str) -> None:
         findings = self.findings
+        loaded = self.problem.loaded
+        with findings.timed("arena"):
+            self.exchange.make_arena(loaded.input_bytes, loaded.output_bytes)
         if stage in ("profile", "full"):
             # The reference is timed before the candidate's code exists anywhere, so that a
             # candidate's busy thread or GPU kernel cannot slow it (inflating its speedup): in
@@ -107,16 +100,16 @@ class Judge:
         if stage in ("validate", "full"):
             with findings.timed("correctness"):
                 for trial in range(self.options.trials):
-                    self.checks.checked(self.inputs.trial(), f"trial {trial}")
+                    self.checks.checked(f"trial {trial}")
             with findings.timed("guards"):
                 self.probes.run()
             self.probes.kernels_ran(self.candidate_source, self.candidate_builds, self.device)
         else:
             with findings.timed("correctness"):
-                self.checks.checked(self.inputs.trial(), "the check before timing")
+                self.checks.checked("the check before timing")
         findings.verdict.correct = findings.clean()
         if stage in ("profile", "full") and findings.verdict.correct:
-            self.profiler.profile(self.cuda, self.problem.ref_error_norms)
+            self.profiler.profile(self.cuda)
             findings.verdict.correct = findings.clean()
 
     def _load(self) -> None:

@@ -152,6 +152,41 @@ def mount_proc() -> None:
     _set_readonly("/proc/sys", True, recursive=True)
 
 
+def _links_on_the_way(path: str, binds: list[str], found: list[tuple[str, str]],
+                      depth: int = 0) -> None:
+    """The symbolic links (path, target) that lead `path` where it leads on the host and that no
+    bind shows (one in a folder the new root does not hold, as a virtual environment reached
+    through a linked folder), each link's target followed the same way. What a path leads to
+    must itself be in the view; these lay only the way to it."""
+    if depth > 32:
+        return                                  # a loop of links: the host cannot follow it either
+    current = ""
+    parts = [part for part in path.split("/") if part]
+    for index, part in enumerate(parts):
+        current += "/" + part
+        if not os.path.islink(current):
+            continue
+        target = os.readlink(current)
+        if not any(_under(current, bound) for bound in binds):
+            found.append((current, target))
+        rest = "/".join(parts[index + 1:])
+        followed = os.path.normpath(os.path.join(os.path.dirname(current), target, rest))
+        _links_on_the_way(followed, binds, found, depth + 1)
+        return
+
+
+def _lay_links(root: str, links: list[tuple[str, str]]) -> None:
+    for path, target in links:
+        inside = root + path
+        if os.path.lexists(inside):
+            continue                            # a system link, or laid for another path
+        try:
+            os.makedirs(os.path.dirname(inside), exist_ok=True)
+            os.symlink(target, inside)
+        except OSError:
+            pass                    # what then fails to start says what it could not find
+
+
 def _populate_dev(root: str, devices: list[str]) -> None:
     dev = root + "/dev"
     os.makedirs(dev, exist_ok=True)
@@ -189,6 +224,9 @@ def enter(spec: SandboxSpec) -> None:
         binds.append(path)
     links = {p: os.readlink(p) for p in spec.links if os.path.islink(p)}
     handles = _handles(binds)
+    ways: list[tuple[str, str]] = []
+    for alias in spec.aliases:            # read before /tmp is covered below
+        _links_on_the_way(os.path.abspath(alias), binds, ways)
     host_proc = os.open("/proc", _O_PATH)
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0700")
     root = _NEW_ROOT
@@ -206,6 +244,7 @@ def enter(spec: SandboxSpec) -> None:
             continue
         _bind(fd, root + path, is_dir)
         os.close(fd)
+    _lay_links(root, ways)
     for path in sorted({os.path.realpath(p) for p in spec.hidden}, key=len):
         if os.path.isdir(root + path):
             _mount("tmpfs", root + path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
@@ -334,6 +373,13 @@ def _run_as_init(program: list[str]) -> None:
     if child == 0:
         try:
             os.execvp(program[0], program)
+        except BaseException as exc:  # noqa: BLE001 - said, so that the worker's error names it
+            try:
+                sys.stderr.write(f"specgen sandbox: cannot run {program[0]} inside the sandbox's "
+                                 f"view: {exc}\n")
+                sys.stderr.flush()
+            except BaseException:  # noqa: BLE001
+                pass
         finally:
             os._exit(127)
     os.closerange(3, 1 << 16)      # the program's channels are its alone: its end of file is theirs

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 from specgen.eval.exchange import Exchange
 from specgen.eval.findings import Findings
-from specgen.eval.inputs import Inputs, other_size
+from specgen.eval.inputs import other_size
 from specgen.eval.loader import CandidateSource
 from specgen.eval.output_checks import OutputChecks
-from specgen.messages import BuildRecord, EvalOptions, ParamsSet, ProblemLoaded, SetParams, TrialDone
+from specgen.messages import BuildRecord, EvalOptions, ParamsSet, ProblemLoaded, SetParams
 
 
 class Probes:
     """The probes of one evaluation, over the judge's other parts."""
 
-    def __init__(self, findings: Findings, inputs: Inputs, exchange: Exchange, checks: OutputChecks,
+    def __init__(self, findings: Findings, exchange: Exchange, checks: OutputChecks,
                  options: EvalOptions, loaded: ProblemLoaded) -> None:
         self.findings = findings
-        self.inputs = inputs
         self.exchange = exchange
         self.checks = checks
         self.options = options
@@ -40,8 +39,7 @@ class Probes:
         if self.loaded.input_bytes == 0:
             self.findings.notes.append("memoization probe skipped: no tensor inputs")
             return
-        trial = self.inputs.trial(refill_seed=self.inputs.seed())
-        self.checks.checked(trial, "inputs refilled in place",
+        self.checks.checked("inputs refilled in place", refill=True,
                             mismatch_flag="memoized: the output did not follow its inputs refilled "
                                           "in place (a result cached by data pointer, shape or call)")
 
@@ -53,20 +51,14 @@ class Probes:
             return
         changed = {name: other_size(value) for name, value in constants.items()}
         what = "second shape " + ", ".join(f"{k}={v}" for k, v in changed.items())
-        probe = self.inputs.trial(shape=changed)
-        done: TrialDone = self.exchange.ask(self.exchange.reference, probe, TrialDone).message
-        if done.error:
-            self.findings.notes.append(f"second shape skipped: the reference rejects {what}")
-            return
-        self.checks.checked(self.inputs.trial(shape=changed), what,
-                            mismatch_flag=f"hard-coded-shape: wrong on {what}")
+        self.checks.checked(what, mismatch_flag=f"hard-coded-shape: wrong on {what}", shape=changed)
 
     def _randomized_params(self) -> None:
         params = self.loaded.params
         if not params:
             return
         exchange = self.exchange
-        seed = self.inputs.seed()
+        seed = self.checks.inputs.seed()
         result: ParamsSet = exchange.ask(exchange.candidate, SetParams(seed=seed, reference=params),
                                          ParamsSet).message
         if result.error:
@@ -77,7 +69,7 @@ class Probes:
             return
         exchange.ask(exchange.reference, SetParams(seed=seed), ParamsSet)
         try:
-            self.checks.checked(self.inputs.trial(), "randomized parameters",
+            self.checks.checked("randomized parameters",
                                 mismatch_flag="initial-params-only: with random parameter values "
                                               "loaded into both models the outputs differ")
         finally:

@@ -33,14 +33,30 @@ from specgen.messages import RunnerReply, RunnerRequest
 
 PACKET = 64 * 1024              # payload bytes per packet (well under the socket's buffer)
 MAX_MESSAGE = 512 * 1024 * 1024  # a message larger than this is refused
-MAX_FDS = 4
+MAX_FDS = 4                     # descriptors one message may carry (and one packet)
 _MORE, _LAST = b"\x01", b"\x00"
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # same value on x86-64 and arm64
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
 _TIMESPEC = struct.Struct("qq")
 _UCRED = struct.Struct("iII")
-_ANCILLARY = (socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_UCRED.size)
-              + socket.CMSG_SPACE(MAX_FDS * 4))
+
+
+def _ancillary_space(stamped: bool, credentials: bool) -> int:
+    """Room for exactly what this end asked for and MAX_FDS descriptors. The kernel writes the
+    timestamp and the credentials before the descriptors and installs only the descriptors that
+    fit (dropping the rest, MSG_CTRUNC): room left over would let a packet put more into this
+    process."""
+    return ((socket.CMSG_SPACE(_TIMESPEC.size) if stamped else 0)
+            + (socket.CMSG_SPACE(_UCRED.size) if credentials else 0)
+            + socket.CMSG_SPACE(MAX_FDS * 4))
+
+
+def close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class FrameError(SpecgenError, ValueError):
@@ -88,8 +104,7 @@ class _Partial:
         self.size = 0
 
     def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
+        close_fds(self.fds)
         self.fds = []
 
 
@@ -102,6 +117,7 @@ class Channel:
         self.role = role
         self._decoder = _reply_decoder if role == "judge" else _request_decoder
         self._partial: _Partial | None = None    # a message whose later packets are still due
+        self._ancillary = _ancillary_space(role == "judge", False)
         if role == "judge":
             sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
 
@@ -121,7 +137,8 @@ class Channel:
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1 if on else 0)
         except OSError:
-            pass          # closed meanwhile: there is nothing more to receive
+            return        # closed meanwhile: there is nothing more to receive
+        self._ancillary = _ancillary_space(self.role == "judge", on)
 
     # ------------------------------------------------------------------ sending
     def send(self, message: msgspec.Struct, fds: tuple[int, ...] = ()) -> int:
@@ -150,16 +167,25 @@ class Channel:
             raise ChannelClosed(f"the other end is gone ({exc})") from None
 
     # ------------------------------------------------------------------ receiving
-    def recv(self, deadline: float | None = None, spin_s: float = 0.0) -> Received | None:
+    def recv(self, deadline: float | None = None, spin_s: float = 0.0,
+             max_fds: int | None = None) -> Received | None:
         """The next message, or None at `deadline` (time.monotonic()). `spin_s`: poll without
         sleeping for that long first (a runner waiting for its next timed call: waking from a
         blocking read costs tens of microseconds, and a candidate could spin to avoid it).
+        `max_fds`: how many descriptors the caller takes with this message (None: up to
+        MAX_FDS); any others are closed as they arrive, so that a peer cannot fill this
+        process's descriptor table (a runner sent 4 with every packet and left the worker
+        holding 5,210).
 
         A deadline that falls between the packets of one message keeps those read so far: the
         next call goes on with that message rather than taking its middle for a new one (a judge
         polls a runner in short deadlines while a large reply, a built library, arrives)."""
+        keep = MAX_FDS if max_fds is None else max(0, min(max_fds, MAX_FDS))
         partial = self._partial or _Partial()
         self._partial = None
+        if len(partial.fds) > keep:        # kept by an earlier call that took more
+            close_fds(partial.fds[keep:])
+            del partial.fds[keep:]
         spin_until = time.monotonic() + spin_s if spin_s > 0 else 0.0
         while True:
             try:
@@ -170,9 +196,13 @@ class Channel:
             if packet is None:
                 if partial.parts:
                     self._partial = partial
+                else:
+                    partial.close()
                 return None
             data, more, got_fds, got_stamp, got_pid = packet
-            partial.fds += got_fds
+            room = keep - len(partial.fds)
+            close_fds(got_fds[room:])
+            partial.fds += got_fds[:room]
             partial.stamp = got_stamp if got_stamp is not None else partial.stamp
             partial.pid = got_pid if got_pid is not None else partial.pid
             partial.size += len(data)
@@ -202,8 +232,8 @@ class Channel:
                 if not ready:
                     return None
             try:
-                data, ancillary, msg_flags, _ = self.sock.recvmsg(PACKET + 1, _ANCILLARY,
-                                                                  socket.MSG_DONTWAIT)
+                data, ancillary, msg_flags, _ = self.sock.recvmsg(
+                    PACKET + 1, self._ancillary, socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
             except BlockingIOError:
                 if spin_until and time.monotonic() >= spin_until:
                     spin_until = 0.0
@@ -229,17 +259,15 @@ class Channel:
                 elif kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
                     pid = _UCRED.unpack_from(payload)[0]
             if msg_flags & socket.MSG_TRUNC:
-                for fd in fds:
-                    os.close(fd)
+                close_fds(fds)
                 raise FrameError(f"a packet longer than the channel's {PACKET + 1} bytes")
-            if msg_flags & socket.MSG_CTRUNC:
-                for fd in fds:
-                    os.close(fd)
+            if msg_flags & socket.MSG_CTRUNC or len(fds) > MAX_FDS:
+                close_fds(fds)
                 raise FrameError("a message carried more file descriptors than allowed")
             if not data:
+                close_fds(fds)      # an empty packet may carry descriptors too
                 raise ChannelClosed("the other end closed the channel")
             if len(data) > PACKET + 1 or data[:1] not in (_MORE, _LAST):
-                for fd in fds:
-                    os.close(fd)
+                close_fds(fds)
                 raise FrameError("a packet without a valid header")
             return data[1:], data[:1] == _MORE, fds, stamp, pid

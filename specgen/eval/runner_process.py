@@ -7,12 +7,19 @@ hello (the kernel gives the pid in this namespace), puts the init in a fresh con
 (eval/containment.py) and lets it start the runner; `wait_ready` waits for the runner's
 `RunnerReady`. `Runner.request` sends one request and waits for its reply while watching the
 deadline, the tree's memory (polled where no cgroup enforces it) and a cancel; any failure kills
-the runner's whole tree and says why, naming the setting. `SparePool` keeps candidate runners
+the runner's whole tree and says why, naming the setting. Descriptors that come with a reply are
+closed unless the caller asked for them (`fds_expected`). `SparePool` keeps candidate runners
 started ahead of need (each is used for one candidate only).
+
+A runner's stdout and stderr go to a memfd of LOG_CAP bytes sealed against growing, not to a file
+on the host's disk: the candidate owns its process and can write without end (one run added
+5,120 MB to the worker's disk). Past the cap its writes fail; the judge reads the log's end where
+the runner's writes left the offset it shares with the judge's descriptor.
 """
 from __future__ import annotations
 
 import collections
+import fcntl
 import itertools
 import json
 import os
@@ -26,12 +33,14 @@ from typing import Any, Callable
 
 from specgen.errors import SpecgenError
 from specgen.eval import containment, sandbox
-from specgen.eval.protocol import Channel, ChannelClosed, FrameError, Received, socket_pair
+from specgen.eval.protocol import Channel, ChannelClosed, FrameError, Received, close_fds, socket_pair
 from specgen.eval.sandbox import SCRATCH, SandboxError, SandboxSpec, SandboxStatus
 from specgen.messages import EvalOptions, ForkRunner, Proceed, RunnerExited, RunnerReady, RunnerStarted
 
 _POLL_S = 0.1
 _START_CAP_MB = 4096            # the tree's memory before its limit is set from its ready usage
+LOG_CAP = 8 * 1024 * 1024       # bytes of a runner's stdout and stderr kept; later writes fail
+_TAIL = 1500                    # bytes of a log's end quoted in an error
 
 
 class RunnerError(SpecgenError, RuntimeError):
@@ -75,7 +84,7 @@ def runner_env(device: str, sandboxed: bool) -> dict[str, str]:
     return env
 
 
-def _log_tail(path: Path, limit: int = 1500) -> str:
+def _log_tail(path: Path, limit: int = _TAIL) -> str:
     try:
         with open(path, "rb") as log:
             log.seek(0, os.SEEK_END)
@@ -84,8 +93,41 @@ def _log_tail(path: Path, limit: int = 1500) -> str:
             text = log.read().decode("utf-8", "replace")
     except OSError:
         return "(no log)"
+    return _tail_text(text)
+
+
+def _tail_text(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return " | ".join(lines[-12:]) if lines else "(empty)"
+
+
+def capped_log(name: str, cap: int = LOG_CAP) -> int:
+    """A memfd for a runner's output that no write can grow past `cap` bytes (sealed: the
+    runner holds it too, and could otherwise lift the limit)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, cap)       # sparse: pages exist only where the runner wrote
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def capped_log_tail(fd: int, limit: int = _TAIL) -> str:
+    """The end of what was written to a `capped_log`: the runner's writes move the offset of the
+    open file it shares with `fd`, so that offset is how far it wrote."""
+    try:
+        size = os.fstat(fd).st_size
+        end = min(os.lseek(fd, 0, os.SEEK_CUR), size)
+        data = os.pread(fd, limit, max(0, end - limit)) if end > 0 else b""
+    except OSError:
+        return "(no log)"
+    text = _tail_text(data[:end].decode("utf-8", "replace"))
+    if end >= size:
+        text += f" | (the log reached its cap of {size >> 20} MiB: later output was dropped)"
+    return text
 
 
 def describe_status(status: int | None) -> str:
@@ -124,7 +166,8 @@ class Template:
                    "--keep", json.dumps(keep)]
         if sandboxed:
             command += ["--sandboxed"] + (["--mapped"] if uid is not None else [])
-            spec = SandboxSpec(readonly=sandbox.view_paths(str(cache_dir)), hidden=hidden,
+            spec = SandboxSpec(readonly=sandbox.view_paths(str(cache_dir)),
+                               aliases=sandbox.view_aliases(str(cache_dir)), hidden=hidden,
                                links=sandbox.system_links(), devices=sandbox.device_nodes())
             command = sandbox.launcher(spec, uid) + command
         env = runner_env(device, sandboxed)
@@ -138,11 +181,12 @@ class Template:
         try:
             if uid is not None:
                 sandbox.map_ids(self.proc.pid, uid)
-            received = self.control.recv(time.monotonic() + options.spawn_timeout_s)
+            received = self.control.recv(time.monotonic() + options.spawn_timeout_s, max_fds=0)
         except (SandboxError, OSError, ChannelClosed, FrameError) as exc:
+            ended = self._ended(2.0)
             self.close()
-            raise RunnerError(f"the template did not start: {exc}; log: {_log_tail(self.log_path)}") \
-                from None
+            raise RunnerError(f"the template did not start: {exc}{ended}; log: "
+                              f"{_log_tail(self.log_path)}") from None
         if received is None or not isinstance(received.message, RunnerReady):
             self.close()
             what = "not ready" if received is None else "sent something else"
@@ -152,6 +196,14 @@ class Template:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def _ended(self, wait_s: float) -> str:
+        """How the template's process ended, waiting up to `wait_s` for it ("" if it did not)."""
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return ""
+        return f" (its process ended: {describe_status(self._status())})"
 
     def fork(self, role: str, label: str = "") -> "Runner":
         """A new runner of `role`, forked now; call `start` (or `wait_ready`) on it next."""
@@ -165,7 +217,7 @@ class Template:
         # group's cgroup.procs moves *this* process into the runner's group. So ask now, before
         # the init can exist.
         channel.want_credentials(True)
-        log_path = self.logs / f"{role}-{os.getpid()}-{next(self._serial)}{label}.log"
+        name = f"{role}-{os.getpid()}-{next(self._serial)}{label}"
         scratch = self.options.build_scratch_mb if role == "build" else self.options.scratch_mb
         address_space = 0
         if self.containment.kind == containment.NONE and not self.device.startswith("cuda") \
@@ -174,16 +226,23 @@ class Template:
         request = ForkRunner(role=role, scratch_mb=scratch, max_processes=self.options.max_processes,
                              address_space_mb=address_space,
                              gpu_memory_fraction=self.options.gpu_memory_fraction)
-        with open(log_path, "wb") as log, self._lock:
+        try:
+            log = capped_log(name)
+        except OSError as exc:
+            runner_end.close()
+            channel.close()
+            raise RunnerError(f"no log for a {role} runner: {exc}") from None
+        with self._lock:
             try:
-                self.control.send(request, fds=(runner_end.fileno(), log.fileno()))
+                self.control.send(request, fds=(runner_end.fileno(), log))
             except (ChannelClosed, OSError) as exc:
                 channel.close()
+                os.close(log)
                 raise RunnerError(f"the template is gone ({exc})") from None
             finally:
                 runner_end.close()
         memory = self.options.build_memory_mb if role == "build" else self.options.memory_limit_mb
-        return Runner(role, channel, log_path, self, memory)
+        return Runner(role, channel, self.logs / f"{name}.log", self, memory, log_fd=log)
 
     def _status(self) -> int | None:
         code = self.proc.poll()
@@ -211,10 +270,15 @@ class Runner:
     """One runner seen from the judge (see the module doc)."""
 
     def __init__(self, role: str, channel: Channel, log_path: Path, template: Template,
-                 memory_limit_mb: int | None) -> None:
+                 memory_limit_mb: int | None, log_fd: int | None = None) -> None:
+        """`log_fd`: the runner's `capped_log` (this object closes it); without one, its output
+        is read from `log_path`."""
         self.role = role
         self.channel = channel
         self.log_path = log_path
+        self._log_fd = log_fd
+        self._log_last: str | None = None        # the log's end, read as the runner was killed
+        self._log_lock = threading.Lock()
         self.template = template
         self.memory_limit_mb = memory_limit_mb
         self.forked_at = time.monotonic()
@@ -233,7 +297,7 @@ class Runner:
         if self.init_pid is not None:
             return
         try:
-            received = self.channel.recv(time.monotonic() + timeout_s)
+            received = self.channel.recv(time.monotonic() + timeout_s, max_fds=0)
         except (ChannelClosed, FrameError) as exc:
             self.kill()
             raise RunnerError(f"the {self.role} runner did not start ({exc}); log: "
@@ -277,7 +341,7 @@ class Runner:
         deadline = time.monotonic() + timeout_s
         self.start(timeout_s)
         try:
-            received = self.channel.recv(deadline)
+            received = self.channel.recv(deadline, max_fds=0)
         except (ChannelClosed, FrameError) as exc:
             self.kill()
             raise RunnerError(f"the {self.role} runner exited during start-up ({exc}); log: "
@@ -307,16 +371,20 @@ class Runner:
             raise RunnerError(f"the {self.role} runner is gone ({exc})") from None
 
     def receive(self, deadline: float, timeout_setting: str, cancelled: Callable[[], bool],
-                kill_on_cancel: bool = True) -> tuple[Received | None, str | None]:
+                kill_on_cancel: bool = True, fds_expected: int = 0
+                ) -> tuple[Received | None, str | None]:
         """(reply, None) or (None, why there is none). Kills the runner on any failure; on a
         cancel too, unless `kill_on_cancel` is False: then the reply is waited for (and dropped),
-        so that a runner kept for later is in step with its requests."""
+        so that a runner kept for later is in step with its requests. `fds_expected`: at most
+        that many descriptors sent with the reply are kept, in `Received.fds` (the caller closes
+        them); every other one is closed as it arrives."""
         was_cancelled = False
         limit_setting = "EvalOptions.build_memory_mb" if self.role == "build" \
             else "EvalOptions.memory_limit_mb"
         while True:
             try:
-                received = self.channel.recv(min(deadline, time.monotonic() + _POLL_S))
+                received = self.channel.recv(min(deadline, time.monotonic() + _POLL_S),
+                                             max_fds=fds_expected)
             except FrameError as exc:
                 self.kill()
                 return None, f"the {self.role} runner sent a malformed reply: {exc}"
@@ -326,12 +394,13 @@ class Runner:
             if received is not None and isinstance(received.message, RunnerExited):
                 self.exit_status = received.message.status
                 self.dead = True
-                received = None
+                received = _dropped(received)
             # A process of the tree killed for memory fails the run even when the runner itself
             # survived (a forked child holding the memory is the one the kernel picks).
             oom = (self.dead or received is not None) and self.group is not None \
                 and self.group.oom_killed()
             if oom:
+                _dropped(received)
                 self.kill()
                 return None, (f"memory limit exceeded: the run's processes together reached "
                               f"the limit of {self.memory_limit_mb} MiB on top of what the "
@@ -341,7 +410,7 @@ class Runner:
                 return None, (f"the {self.role} runner died ({describe_status(self.exit_status)}); "
                               f"log: {self.log_tail()}")
             if received is not None:
-                return (None, "cancelled") if was_cancelled else (received, None)
+                return (_dropped(received), "cancelled") if was_cancelled else (received, None)
             if not was_cancelled and cancelled():
                 if kill_on_cancel:
                     self.kill()
@@ -360,15 +429,16 @@ class Runner:
                                   f"top of the runner's start-up ({limit_setting})")
 
     def request(self, message: Any, deadline: float, timeout_setting: str,
-                cancelled: Callable[[], bool], fds: tuple[int, ...] = ()
+                cancelled: Callable[[], bool], fds: tuple[int, ...] = (), fds_expected: int = 0
                 ) -> tuple[Received | None, str | None]:
+        """Send `message` (with `fds`) and wait for its reply (see `receive`)."""
         try:
             self.send(message, fds)
         except RunnerError as exc:
             self.kill()
             return None, str(exc)
         return self.receive(deadline, timeout_setting, cancelled,
-                            kill_on_cancel=self.role != "reference")
+                            kill_on_cancel=self.role != "reference", fds_expected=fds_expected)
 
     def pause(self) -> None:
         """Stop every process of the runner (SIGSTOP): while a judge sends it nothing, a
@@ -412,22 +482,48 @@ class Runner:
                 pass
 
     def kill(self) -> None:
-        """Kill the runner's tree, remove its group, close the channel; never raises."""
+        """Kill the runner's tree, remove its group, close the channel and the log (its end is
+        kept for `log_tail`); never raises."""
         self.dead = True
         self.signal_kill()
         self.channel.close()
         if self.group is not None:
             self.group.close()
             self.group = None
+        self._close_log(keep_tail=True)
 
     def log_tail(self) -> str:
+        with self._log_lock:
+            if self._log_fd is not None:
+                return capped_log_tail(self._log_fd)
+            if self._log_last is not None:
+                return self._log_last
         return _log_tail(self.log_path)
 
+    def _close_log(self, keep_tail: bool) -> None:
+        with self._log_lock:
+            fd, self._log_fd = self._log_fd, None
+            if fd is None:
+                return
+            if keep_tail:
+                self._log_last = capped_log_tail(fd)
+            os.close(fd)
+
     def remove_log(self) -> None:
+        self._close_log(keep_tail=False)
+        self._log_last = None
         try:
             self.log_path.unlink()
         except OSError:
             pass
+
+
+def _dropped(received: Received | None) -> None:
+    """Nothing: `received` is not handed on, and the descriptors it brought are closed."""
+    if received is not None:
+        close_fds(received.fds)
+        received.fds = []
+    return None
 
 
 class SparePool:
@@ -513,7 +609,7 @@ def probe(template: Template) -> SandboxStatus:
     """Whether `template`'s sandbox works for its device: one real runner forked from it, which
     lays out its own namespaces and view, drops its privileges, starts (on a GPU: starts CUDA)
     and answers a request."""
-    from specgen.messages import Trial
+    from specgen.messages import Call
 
     if not template.sandboxed:
         return SandboxStatus(sandbox.NONE, "the template runs without a sandbox")
@@ -524,8 +620,8 @@ def probe(template: Template) -> SandboxStatus:
         what = "CUDA does not start inside the sandbox" if template.device.startswith("cuda") \
             else "a runner does not start inside the sandbox"
         return SandboxStatus(sandbox.NONE, f"{what}: {exc}")
-    # An unloaded candidate runner answers a trial with an error: enough to know it serves.
-    reply, why = runner.request(Trial(index=0, seed=1, digest_seed=1), time.monotonic() + 60,
+    # An unloaded candidate runner answers a call with an error: enough to know it serves.
+    reply, why = runner.request(Call(index=0, args=[]), time.monotonic() + 60,
                                 "the probe's timeout", lambda: False)
     runner.kill()
     if reply is None:

@@ -12,7 +12,9 @@ new root file system from an allow list and pivots into it:
 - read-only: the system directories (/usr, /etc and the /bin, /lib links), the Python
   installation and the directories on `sys.path`, the `specgen` package directory alone (not the
   checkout around it: not `./specgen-runs/`, not journals, not another run's outputs), the
-  evaluation cache (built libraries), CUDA_HOME and LD_LIBRARY_PATH entries, /sys;
+  evaluation cache (built libraries), CUDA_HOME and LD_LIBRARY_PATH entries, /sys; each bound
+  where it really is, with the symbolic links that lead there from the names the programs use
+  laid again (an interpreter of a virtual environment reached through a linked folder);
 - /dev with only null, zero, full, random, urandom and the `nvidia*` nodes;
 - a fresh /proc of the new PID namespace (the host's driver entries bound over its own: a
   container runtime lays its files there), left writable because the CUDA driver writes its own
@@ -74,6 +76,8 @@ class SandboxSpec:
     """What the setup stage lays out; travels to it as JSON on its command line."""
 
     readonly: list[str] = field(default_factory=list)   # bound read-only into the new root
+    aliases: list[str] = field(default_factory=list)    # paths as the programs name them, whose
+                                                        # symbolic links are made again inside
     hidden: list[str] = field(default_factory=list)     # covered by an empty tmpfs (inside a bind)
     links: list[str] = field(default_factory=list)      # top-level symbolic links kept as links
     devices: list[str] = field(default_factory=list)    # the only device files under /dev
@@ -97,7 +101,28 @@ def package_dir() -> str:
 
 def view_paths(cache_dir: str | None = None, extra: list[str] | None = None) -> list[str]:
     """What the sandbox's root holds, read-only: the system, the interpreter and its libraries,
-    the `specgen` package (alone: the directory around it is not shown), the cache."""
+    the `specgen` package (alone: the directory around it is not shown), the cache. Resolved:
+    a bind shows a directory where it really is (`view_aliases` lays the links to it)."""
+    return sorted({str(Path(p).resolve()) for p in _view_sources(cache_dir, extra)})
+
+
+def view_aliases(cache_dir: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """The paths by which the sandbox's programs reach what `view_paths` shows, where they pass
+    through a symbolic link: the interpreter (`sys.executable` of a virtual environment reached
+    through a linked folder), its prefixes, `sys.path`, the environment's folders. Without the
+    links inside, the interpreter's own path did not exist there and the template could not
+    start."""
+    named = {sys.executable, *_view_sources(cache_dir, extra),
+             *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
+    for name in ("VIRTUAL_ENV", "CC", "CXX"):
+        if os.environ.get(name):
+            named.add(os.environ[name].split(" ")[0])
+    return sorted(p for p in {os.path.abspath(p) for p in named if os.path.isabs(p)}
+                  if os.path.exists(p) and os.path.realpath(p) != p)
+
+
+def _view_sources(cache_dir: str | None, extra: list[str] | None) -> set[str]:
+    """`view_paths` as named (before resolving)."""
     package = package_dir()
     around = str(Path(package).parent)
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix,
@@ -120,7 +145,7 @@ def view_paths(cache_dir: str | None = None, extra: list[str] | None = None) -> 
     if cache_dir:
         paths.add(cache_dir)
     paths.update(extra or [])
-    return sorted(str(Path(p).resolve()) for p in paths if os.path.exists(p))
+    return {p for p in paths if os.path.exists(p)}
 
 
 # What builds and Triton's launcher compile with: found where the worker would find them.

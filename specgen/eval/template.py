@@ -149,8 +149,7 @@ def _first_child(request: "ForkRunner", runner_fd: int, args: argparse.Namespace
             os._exit(0)
         _init(request, runner_fd, args, uid, forked)
     except BaseException as exc:  # noqa: BLE001 - report and die; the judge sees the hang-up
-        sys.stderr.write(f"specgen template: starting a {request.role} runner failed: {exc}\n")
-        sys.stderr.flush()
+        _say(f"specgen template: starting a {request.role} runner failed: {exc}\n")
         os._exit(126)
 
 
@@ -207,10 +206,20 @@ def _runner(request: "ForkRunner", channel: "Channel", args: argparse.Namespace,
         runner.serve(request.role, channel, device, forked, request.address_space_mb,
                      request.gpu_memory_fraction)
     except BaseException as exc:  # noqa: BLE001
-        sys.stderr.write(f"specgen runner: {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
+        _say(f"specgen runner: {type(exc).__name__}: {exc}\n")
         os._exit(1)
     os._exit(0)
+
+
+def _say(text: str) -> None:
+    """Write to stderr, whatever state it is in: the runner's log may be full (it is capped) or
+    the candidate may have closed or replaced the stream, and an exception here would carry the
+    runner out of `_runner` into its init's code instead of to its exit."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        pass
 
 
 if __name__ == "__main__":

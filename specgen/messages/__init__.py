@@ -14,10 +14,10 @@ from specgen.messages.evaluation import (
     STAGES, VERDICT_CODES, CandidateSubmission, CandidateUpdate, Stage, Verdict, VerdictCode,
 )
 from specgen.messages.runners import (
-    TIMING_METHOD, Build, BuildRecord, BuildResult, BuiltLibrary, Compare, Compared, EvalOptions,
-    ForkRunner, LoadCandidate, LoadProblem, OutputMeta, OutputSlot, ParamInfo, ParamsSet, ProblemLoaded,
-    Proceed, RefTiming, RunnerExited, RunnerReady, RunnerReply, RunnerRequest, RunnerStarted, SetParams,
-    Ship, Shipped, Trial, TrialDone, TrialStage,
+    TIMING_METHOD, ArenaMade, ArenaMapped, Arg, Awake, Build, BuildRecord, BuildResult, BuiltLibrary, Call,
+    Called, EvalOptions, ForkRunner, Hand, Handed, LoadCandidate, LoadProblem, Look, Looked, MakeArena,
+    MapArena, OutputMeta, ParamInfo, ParamsSet, ProblemLoaded, Proceed, Read, ReadDone, RefTiming,
+    RunnerExited, RunnerReady, RunnerReply, RunnerRequest, RunnerStarted, SetParams, Slot, Wake,
 )
 from specgen.messages.optimize import (
     CandidateRecord, ForkRecord, IterationRecord, JobMetrics, JobProgress, OptimizeEvent,

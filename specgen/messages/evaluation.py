@@ -14,9 +14,11 @@ STAGES: tuple[str, ...] = get_args(Stage)
 
 # Why a verdict could not judge the candidate on its outputs (`Verdict.code`): the candidate's run
 # was cancelled, ran past its time, or never started for the named side's reason. Code reads these,
-# never the words of `error`, which are for people.
+# never the words of `error`, which are for people. `candidate`: judging it raised in the worker
+# (its runner, which the candidate owns, sent what the judge could not handle, e.g. an output size
+# no buffer can have); its runners were killed and the worker went on to the next candidate.
 VerdictCode = Literal["", "cancelled", "timeout", "reference", "problem", "candidate_source", "build",
-                      "refused", "no_runner"]
+                      "refused", "no_runner", "candidate"]
 VERDICT_CODES: tuple[str, ...] = get_args(VerdictCode)[1:]   # "" is a judged verdict, right or wrong
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
-TIMING_METHOD = "j5"
+TIMING_METHOD = "j6"
 
 
 class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -30,6 +30,8 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     timing_trials: int = 50                 # timed calls after the warm-up, each on fresh inputs
     overhead_trials: int = 15               # at least this many calls of nothing (one follows each of the reference's timed calls)
     checked_timed_trials: int = 2           # timed calls whose whole output is also compared
+    timing_budget_s: float = 2.0            # timed calls stop once a model's have taken this long
+    min_timing_trials: int = 10             # and at least this many were made (the budget's floor)
     ref_beside_trials: int = 15             # reference calls timed in the candidate's runner, before its
     #                                         code is loaded and again between its calls (0: none;
     #                                         the reference runner's own timing is used instead)
@@ -68,7 +70,7 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
         """The settings a reference timing depends on (part of its cache key)."""
         # TIMING_METHOD: a timing taken by an older method is never reused.
         return (f"{TIMING_METHOD}-w{self.warmup}-t{self.timing_trials}-o{self.overhead_trials}"
-                f"-c{int(self.compile_baseline)}")
+                f"-b{self.timing_budget_s:g}-m{self.min_timing_trials}-c{int(self.compile_baseline)}")
 
 
 class RefTiming(msgspec.Struct, kw_only=True):
@@ -79,9 +81,7 @@ class RefTiming(msgspec.Struct, kw_only=True):
     ref_compiled_ms: float | None = None    # the same for torch.compile(Model), when asked for
     samples: int = 0                        # timed calls the median is taken over
     overhead_ms: float = 0.0                # the call window of a call of nothing (its median)
-    resolution_ms: float = 0.0              # no finer time resolved (eval/timing.py: Windows)
-    made_ms: float = 0.0                    # median windows of its timed calls: making the inputs,
-    digest_ms: float = 0.0                  # and the digest; the most a call's own are subtracted
+    resolution_ms: float = 0.0              # no finer time resolved (eval/timing.py)
 
 
 class ParamInfo(msgspec.Struct, kw_only=True, array_like=True):
@@ -104,13 +104,19 @@ class OutputMeta(msgspec.Struct, kw_only=True, array_like=True, omit_defaults=Tr
     text: str = ""                          # other: type name
 
 
-class OutputSlot(msgspec.Struct, kw_only=True, array_like=True):
-    """Where one output tensor lies in the shared output buffer after a Ship."""
+class Slot(msgspec.Struct, kw_only=True, array_like=True):
+    """One tensor in an arena region (eval/arena.py): contiguous, at `offset` bytes."""
 
-    offset: int                             # byte offset in the buffer
-    nbytes: int
+    offset: int
     shape: list[int]
     dtype: str
+
+
+class Arg(msgspec.Struct, kw_only=True, array_like=True, omit_defaults=True):
+    """One positional input of a call: a tensor in the arena's inputs, or a plain value."""
+
+    slot: Slot | None = None
+    value: bool | int | float | str | None = None
 
 
 # -- requests (judge -> runner)
@@ -132,41 +138,70 @@ class LoadCandidate(msgspec.Struct, kw_only=True, tag="load_candidate"):
     cache_dir: str                          # extension cache (read-only in a sandbox)
 
 
-class Trial(msgspec.Struct, kw_only=True, tag="trial", omit_defaults=True):
-    """One call: make the inputs from `seed`, call the model, reply with the output's digest.
+class MakeArena(msgspec.Struct, kw_only=True, tag="make_arena"):
+    """Reference only: make (or grow to) an arena of at least these sizes; the reply carries its
+    two descriptors (inputs, outputs), which the judge hands to the candidate's runner."""
 
-    The digest of each output tensor is sum(output * W) in float64, W drawn from `digest_seed`
-    after the call: it ties the reply to the output the call left, read as the reply is sent."""
-
-    index: int                              # echoed in the reply
-    seed: int                               # the inputs: get_inputs() after seeding with it
-    digest_seed: int                        # the random weights of the digest
-    shape: dict[str, int] = {}              # problem module constants changed for this call
-    refill_seed: int | None = None          # call once on `seed`, copy the inputs of this seed into
-    #                                         the same tensors, call again: the digest is the second's
-    null: bool = False                      # make the inputs and the digest, call nothing (in a
-    #                                         candidate's runner: shaped like the reference's outputs)
-    compiled: bool = False                  # reference only: call torch.compile(Model)
-    reference: bool = False                 # candidate only: call the problem's Model (timed in
-    #                                         the candidate's process: before its code is loaded,
-    #                                         and between its calls, where it only ever lowers)
-    bounds: bool = False                    # reference only: also the norm of the tolerance
-    staged: bool = False                    # timed: a TrialStage once the inputs are made and once
-    #                                         the call returned, the device synchronized before each
+    input_bytes: int
+    output_bytes: int
 
 
-class Ship(msgspec.Struct, kw_only=True, tag="ship"):
-    """Copy the last trial's output tensors into the shared buffer (sent with its fd)."""
+class MapArena(msgspec.Struct, kw_only=True, tag="map_arena"):
+    """Candidate only: map the reference runner's arena (sent with its two descriptors)."""
 
-    index: int                              # the trial whose output (must be the last one)
+    input_bytes: int                        # the sizes the reference runner made them with
+    output_bytes: int
 
 
-class Compare(msgspec.Struct, kw_only=True, tag="compare"):
-    """Reference only: compute `trial` accurately and compare a candidate's shipped output with it
-    (the shared buffer is sent with its fd)."""
+class Hand(msgspec.Struct, kw_only=True, tag="hand"):
+    """Reference only: make a call's inputs from `seed` (get_inputs() after seeding, module
+    constants `shape` in force), keep them, and copy them into the arena's inputs. A timed call's
+    window begins when the judge sends this."""
 
-    trial: Trial                            # the same trial the candidate ran
-    slots: list[OutputSlot]                 # where the candidate's output tensors lie
+    index: int
+    seed: int
+    shape: dict[str, int] = {}
+    early: bool = False                     # also compute the reference's output now (an untimed
+    #                                         call): its size tells whether the arena holds it
+
+
+class Wake(msgspec.Struct, kw_only=True, tag="wake"):
+    """Sent to the runner that is about to be timed, just before a timed call's window opens: it
+    answers and then waits for its call without sleeping, so that waking a blocked process (tens
+    to hundreds of microseconds in a virtual machine) is in no window."""
+
+
+class Call(msgspec.Struct, kw_only=True, tag="call"):
+    """Call a model on the arena's inputs and copy its outputs into the arena's outputs, the device
+    synchronized before the reply. The reply's arrival ends a timed call's window."""
+
+    index: int
+    args: list[Arg]                         # the inputs, as the reference runner laid them out
+    null: bool = False                      # call nothing: copy tensors shaped like the last
+    #                                         reference call's outputs (a call of nothing)
+    reference: bool = False                 # candidate's runner: call the problem's Model
+    compiled: bool = False                  # reference runner: call torch.compile(Model)
+
+
+class Look(msgspec.Struct, kw_only=True, tag="look"):
+    """Reference only: read the outputs in the arena as the call left them (their digests, kept for
+    the Read that follows). Sent as the call's reply arrives; a timed call's window ends when this
+    reply does, so work the call left running is in it."""
+
+    index: int                              # the Hand whose inputs the call ran on
+    digest_seed: int                        # drawn by the judge after the call: never sent to the
+    #                                         candidate's process
+    outputs: list[Slot]                     # where the runner says its output tensors lie
+
+
+class Read(msgspec.Struct, kw_only=True, tag="read"):
+    """Reference only: judge the outputs looked at against this runner's own call on the inputs it
+    handed over (see eval/arena.py), reading them again last."""
+
+    index: int
+    full: bool = False                      # also compare every element with the accurate value
+    atol: float | None = None               # EvalOptions.atol
+    rtol: float | None = None               # EvalOptions.rtol
     atol: float | None = None               # EvalOptions.atol
     rtol: float | None = None               # EvalOptions.rtol
 
@@ -183,6 +218,9 @@ class Build(msgspec.Struct, kw_only=True, tag="build"):
 
     candidate_source: str
     cache_dir: str                          # what is built already (read-only)
+    problem: LoadProblem | None = None      # its problem at the run's scale: ModelNew is built and
+    #                                         called once on meta tensors, so that extensions built
+    #                                         in __init__ or forward are built ahead too
 
 
 class ForkRunner(msgspec.Struct, kw_only=True, tag="fork"):
@@ -199,8 +237,8 @@ class Proceed(msgspec.Struct, kw_only=True, tag="proceed"):
     """To a runner's init, once the judge put it in its control group: start the runner."""
 
 
-RunnerRequest = (LoadProblem | LoadCandidate | Trial | Ship | Compare | SetParams | Build
-                 | ForkRunner | Proceed)
+RunnerRequest = (LoadProblem | LoadCandidate | MakeArena | MapArena | Hand | Wake | Call | Look
+                 | Read | SetParams | Build | ForkRunner | Proceed)
 
 
 # -- replies (runner -> judge)
@@ -222,6 +260,7 @@ class ProblemLoaded(msgspec.Struct, kw_only=True, tag="problem_loaded"):
     error: str | None = None                # why the problem (or the candidate) could not load
     params: list[ParamInfo] = []            # the model's parameters
     input_bytes: int = 0                    # bytes of one call's input tensors
+    output_bytes: int = 0                   # bytes of one call's output tensors (reference)
     param_bytes: int = 0                    # bytes of the model's parameters
     half: bool = False                      # inputs are float16/bfloat16
     flops: int | None = None                # the problem's get_flops(), when it has one
@@ -230,47 +269,65 @@ class ProblemLoaded(msgspec.Struct, kw_only=True, tag="problem_loaded"):
     kernel_kinds: list[str] = []            # candidate: custom kernels its source claims
 
 
-class TrialDone(msgspec.Struct, kw_only=True, tag="trial_done", omit_defaults=True):
+class ArenaMade(msgspec.Struct, kw_only=True, tag="arena_made"):
+    """The reference runner's arena (its two descriptors come with this reply)."""
+
+    input_bytes: int = 0
+    output_bytes: int = 0
+    error: str | None = None
+
+
+class ArenaMapped(msgspec.Struct, kw_only=True, tag="arena_mapped"):
+    error: str | None = None
+
+
+class Handed(msgspec.Struct, kw_only=True, tag="handed", omit_defaults=True):
+    """The inputs are in the arena, laid out as `args` (the judge passes them to the call)."""
+
     index: int
-    error: str | None = None                # the call (or making its inputs) raised
-    digests: list[float] = []               # one per output tensor, in output order
+    args: list[Arg] = []
+    input_bytes: int = 0                    # what the inputs need of the arena
+    output_bytes: int = 0                   # early: what the reference's outputs need of it
+    grown: bool = False                     # the arena was made anew (its descriptors come along)
+    error: str | None = None                # the problem raised making its inputs (or its call)
+
+
+class Called(msgspec.Struct, kw_only=True, tag="called", omit_defaults=True):
+    """A call is over. What the runner says of its outputs only tells the reference where to read
+    them and the judge what to say when they are not there: nothing here is a verdict field."""
+
+    index: int
+    error: str | None = None                # the call raised (or its outputs do not fit)
     outputs: list[OutputMeta] = []
-    tol_norms: list[float] = []             # bounds: sqrt(sum((atol + rtol |r|)^2)) per tensor
-    input_digests: list[float] = []         # the input tensors' digests after the call
     launches: int = 0                       # candidate: custom-kernel launches during the call
     kernel_errors: list[str] = []           # candidate: errors its kernels raised during the call
 
 
-class TrialStage(msgspec.Struct, kw_only=True, tag="trial_stage"):
-    """Where a timed trial (Trial.staged) has got to. Only its kernel receive stamp is used: it
-    ends the window of making the inputs ("made") or of the call ("called")."""
+class Awake(msgspec.Struct, kw_only=True, tag="awake"):
+    pass
+
+
+class Looked(msgspec.Struct, kw_only=True, tag="looked", omit_defaults=True):
+    index: int
+    error: str | None = None                # the outputs cannot be read where the runner says
+
+
+class ReadDone(msgspec.Struct, kw_only=True, tag="read_done", omit_defaults=True):
+    """The reference runner's judgement of a call's outputs, read from the arena by itself."""
 
     index: int
-    stage: str                              # "made" or "called"
-
-
-class Shipped(msgspec.Struct, kw_only=True, tag="shipped"):
-    index: int
-    error: str | None = None
-    slots: list[OutputSlot] = []
-
-
-class Compared(msgspec.Struct, kw_only=True, tag="compared", omit_defaults=True):
-    """What the reference found comparing a shipped output with its accurate value."""
-
     ok: bool = False
-    reason: str | None = None               # why not: the element exceeding its tolerance most
-    problem_error: str | None = None        # the reference itself raised on this trial
-    max_abs: float = 0.0                    # largest |candidate - accurate| over the outputs
-    max_rel: float = 0.0                    # that, relative to the accurate value's magnitude
-    digests: list[float] = []               # the reference's digests of this trial
-    tol_norms: list[float] = []             # as TrialDone.tol_norms
-    ref_error_norms: list[float] = []       # sqrt(sum((r - accurate)^2)): the reference's own error
-    accurate: str = ""                      # how the accurate value was computed
+    reason: str | None = None               # why not: structure, a digest, the element off the most
+    problem_error: str | None = None        # the reference itself raised on these inputs
     outputs: list[OutputMeta] = []          # the reference's outputs
-    half_ok: bool = False                   # the candidate passes at float16's tolerance
-    input_digests: list[float] = []         # the reference's input tensors' digests after its call
-    pristine_digests: list[float] = []      # and before it (the judge decides whether it mutates)
+    changed: bool = False                   # the outputs changed while they were read (work after
+    #                                         the call returned)
+    inputs_changed: bool = False            # the call left the inputs other than the reference's does
+    reference_mutates: bool = False         # the problem's Model changes its own inputs
+    max_abs: float = 0.0                    # full: largest |candidate - accurate| over the outputs
+    max_rel: float = 0.0                    # that, relative to the accurate value's magnitude
+    accurate: str = ""                      # full: how the accurate value was computed
+    half_ok: bool = False                   # full: the candidate passes at float16's tolerance
 
 
 class ParamsSet(msgspec.Struct, kw_only=True, tag="params_set"):
@@ -318,5 +375,5 @@ class RunnerExited(msgspec.Struct, kw_only=True, tag="exited"):
     status: int                             # its exit code, or 128 + the signal that killed it
 
 
-RunnerReply = (RunnerReady | ProblemLoaded | TrialDone | TrialStage | Shipped | Compared | ParamsSet
-               | BuildResult | RunnerStarted | RunnerExited)
+RunnerReply = (RunnerReady | ProblemLoaded | ArenaMade | ArenaMapped | Handed | Awake | Called
+               | Looked | ReadDone | ParamsSet | BuildResult | RunnerStarted | RunnerExited)

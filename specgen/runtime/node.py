@@ -7,7 +7,9 @@ One worker process per GPU (`--gpus`, or every GPU `nvidia-smi -L` lists; a GPU 
 times, `--gpus 0,0`, gets that many workers sharing it), or `--cpu-workers N` CPU workers on a host
 without GPUs. Each worker connects to the scheduler itself; the node starts
 it, waits for its READY (setting `ready_timeout_s`), restarts it when it dies (after
-`worker_restart_backoff_s`, at most `worker_max_restarts` times in 10 minutes), tells the scheduler
+`worker_restart_backoff_s`, at most `worker_max_restarts` times in 10 minutes, not counting deaths
+while it judged a candidate: those are the candidate's, and the scheduler fails a candidate that
+loses `max_request_attempts` workers), tells the scheduler
 at once when one exits (so its request is re-queued without waiting for a heartbeat timeout), and
 reports the health of its workers in its heartbeats. SIGTERM/SIGINT stop every worker (SIGTERM,
 join, SIGKILL) and the node; SIGKILL of the node takes its workers down with it.
@@ -50,7 +52,7 @@ from specgen.runtime.auth import (
 from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, on_signals, take_secrets
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import PeerConnection, SocketReader
-from specgen.runtime.worker import CONFIG_ENV, WorkerConfig
+from specgen.runtime.worker import CONFIG_ENV, WorkerConfig, in_flight
 
 log = logging.getLogger("specgen.node")
 
@@ -68,6 +70,7 @@ class WorkerSlot:
     restart_at: float | None = None
     restarts: collections.deque = field(default_factory=collections.deque)
     last_error: str = ""
+    candidate_deaths: int = 0               # deaths while judging a candidate (not in `restarts`)
 
 
 def detect_gpus() -> list[int]:
@@ -147,7 +150,9 @@ class NodeActor:
 
     def _health(self) -> dict[str, Any]:
         return {"health": {slot.name: {"state": slot.state, "pid": slot.child.pid if slot.child else 0,
-                                       "restarts": len(slot.restarts), "error": slot.last_error[-300:]}
+                                       "restarts": len(slot.restarts),
+                                       "candidate_deaths": slot.candidate_deaths,
+                                       "error": slot.last_error[-300:]}
                            for slot in self.slots.values()}}
 
     def _child_exited(self, child: ChildProcess, code: int) -> None:
@@ -159,8 +164,10 @@ class NodeActor:
         sharers = sum(s.device == slot.device for s in self.slots.values()) if slot.device != "cpu" else 1
         return WorkerConfig(name=slot.name, node=self.name, device=slot.device, scheduler=self.scheduler,
                             node_notices=self.notices_address, evaluator=self.evaluator,
-                            work_dir=str(self.work_dir / slot.name.replace("/", "_")),
-                            gpu_sharers=sharers)
+                            work_dir=str(self.worker_dir(slot)), gpu_sharers=sharers)
+
+    def worker_dir(self, slot: WorkerSlot) -> Path:
+        return self.work_dir / slot.name.replace("/", "_")
 
     def _start(self, slot: WorkerSlot) -> None:
         config = self.worker_config(slot)
@@ -189,10 +196,23 @@ class NodeActor:
         if slot is None or slot.child is not child or self.stopping:
             return
         tail = log_tail(child.log_path, 5)
-        slot.last_error = f"exited with code {code}" + (f": {tail}" if tail else "")
-        log.warning("%s exited with code %s", slot.name, code)
-        self.conn.send(WorkerExited(name=slot.name, exit_code=code, reason=slot.last_error[-500:]))
+        # The candidate it was judging, if any (the worker marks it in its work directory).
+        judging = in_flight(self.worker_dir(slot), child.pid)
+        head = f"exited with code {code}" + (f" while judging {judging}" if judging else "")
+        slot.last_error = head + (f": {tail}" if tail else "")
+        log.warning("%s %s", slot.name, head)
+        reason = head + (f": {tail[-max(0, 498 - len(head)):]}" if tail else "")
+        self.conn.send(WorkerExited(name=slot.name, exit_code=code, reason=reason[:500]))
         now = time.monotonic()
+        if judging:
+            # The candidate's doing, not the worker's: restarted without counting against
+            # worker_max_restarts, or a stream of hostile candidates would make the node give up
+            # on its workers. The candidate itself stops coming back: the scheduler fails a
+            # request once it has lost max_request_attempts workers.
+            slot.candidate_deaths += 1
+            slot.state = "restarting"
+            slot.restart_at = now + self.settings.worker_restart_backoff_s
+            return
         while slot.restarts and now - slot.restarts[0] > _RESTART_WINDOW_S:
             slot.restarts.popleft()
         if len(slot.restarts) >= self.settings.worker_max_restarts:

@@ -237,7 +237,9 @@ class ResultIntake:
             upd = CandidateUpdate(
                 job_id=req.key[0], candidate_id=req.key[1] if not req.direct else req.submission.candidate_id,
                 stage=req.stage, finished_at=self.wall(),
-                verdict=Verdict(stage=req.stage, error=(
+                # A candidate whose evaluation keeps killing its worker is failed as the
+                # candidate's doing, not retried on every worker of the pool.
+                verdict=Verdict(stage=req.stage, code="candidate", error=(
                     f"evaluation lost its worker {req.attempts} times (setting max_request_attempts); "
                     f"last: {reason}")))
             self.complete(req, upd, now)

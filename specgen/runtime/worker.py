@@ -11,6 +11,11 @@ re-sent until the scheduler acknowledges it, so a scheduler restart loses no ver
 lists the kept results' request ids, the only results of ours the scheduler takes besides the
 current assignment's.
 
+While it runs a request, the worker keeps `in-flight.json` in its work directory (its pid and the
+request): a worker that dies with it there died judging that candidate, and its node does not
+count such a death against the worker's restart budget (runtime/node.py). The evaluation runners,
+which run the candidate's code, do not see the work directory.
+
 The worker's credential (derived by its node from the join secret, runtime/auth.py) and CURVE
 keys arrive through its secrets pipe (`process.take_secrets`) and are taken out of the environment
 at start-up, before any evaluation runner exists: runners run untrusted candidate code and must
@@ -47,6 +52,39 @@ from specgen.runtime.transport import PeerConnection
 log = logging.getLogger("specgen.worker")
 
 CONFIG_ENV = "SPECGEN_WORKER_CONFIG"
+IN_FLIGHT = "in-flight.json"            # in the work directory while a request runs
+
+
+def mark_in_flight(work_dir: Path, task: AssignWork | None) -> None:
+    """Say (`task`) or unsay (None) in `work_dir` which request this process is running."""
+    path = work_dir / IN_FLIGHT
+    try:
+        if task is None:
+            path.unlink(missing_ok=True)
+            return
+        work_dir.mkdir(parents=True, exist_ok=True)
+        sub = task.submission
+        staging = path.with_suffix(".tmp")
+        staging.write_bytes(msgspec.json.encode({
+            "pid": os.getpid(), "request_id": task.request_id,
+            "candidate": f"{sub.job_id}/{sub.candidate_id}", "stage": task.stage}))
+        os.replace(staging, path)
+    except OSError as exc:          # the node then counts a death as the worker's own
+        log.warning("cannot write %s: %s", path, exc)
+
+
+def in_flight(work_dir: Path, pid: int | None) -> str | None:
+    """The request (as "job/candidate stage") the worker `pid` left marked in `work_dir`, or None
+    when it was running none; the mark is removed."""
+    path = work_dir / IN_FLIGHT
+    try:
+        mark = msgspec.json.decode(path.read_bytes())
+        path.unlink(missing_ok=True)
+    except (OSError, msgspec.DecodeError):
+        return None
+    if not isinstance(mark, dict) or pid is None or mark.get("pid") != pid:
+        return None                 # a mark of an earlier process of that worker
+    return f"{mark.get('candidate', '?')} {mark.get('stage', '?')}"
 
 
 class WorkerConfig(msgspec.Struct, kw_only=True):
@@ -177,7 +215,13 @@ class WorkerActor:
             skip = task.request_id in self.cancelled
             self.cancelled.discard(task.request_id)
         assert self.evaluator is not None
-        return run_assignment(self.evaluator, task, self.config.name, skip=skip, started=started)
+        work_dir = Path(self.config.work_dir)
+        mark_in_flight(work_dir, task)
+        update = run_assignment(self.evaluator, task, self.config.name, skip=skip, started=started)
+        # Not on an exception: one raised out of the evaluation ends this process with the
+        # candidate in flight, and the mark tells the node so.
+        mark_in_flight(work_dir, None)
+        return update
 
     def serve(self) -> None:
         self.evaluator = build_evaluator(self.config, self.settings)

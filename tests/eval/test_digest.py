@@ -1,6 +1,6 @@
 """The digest (specgen/eval/digest.py): its three paths give one number, it tells right values in
 the wrong shape, order, seed or salt apart, and a right output's digest stays inside the bound
-`output_checks.digest_bound` allows while a wrong one does not."""
+`compare.digest_bound` allows while a wrong one does not."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specgen.eval import digest
-from specgen.eval.output_checks import digest_bound
+from specgen.eval.compare import digest_bound
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
           torch.bool, torch.complex64]
@@ -100,8 +100,8 @@ def test_a_right_output_passes_the_bound_and_a_wrong_element_does_not() -> None:
         [r] = digest.digests([reference], seed, 0, "cpu")
         [c] = digest.digests([within], seed, 0, "cpu")
         [w] = digest.digests([wrong], seed, 0, "cpu")
-        assert abs(c - r) <= digest_bound(tol_norm, 0.0, r)
-        assert abs(w - r) > digest_bound(tol_norm, 0.0, r)
+        assert abs(c - r) <= digest_bound(reference, 0.0, r)
+        assert abs(w - r) > digest_bound(reference, 0.0, r)
 
 
 @pytest.mark.gpu

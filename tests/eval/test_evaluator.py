@@ -1,6 +1,9 @@
-"""EvalWorker: isolation (crash, hang, memory, exit), cancel, spares, stages, caches, bad input."""
+"""EvalWorker: isolation (crash, hang, memory, exit), cancel, spares, stages, caches, bad input,
+runners that send what the judge cannot handle, push descriptors or flood their log."""
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -8,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgen.errors import UsageError
-from specgen.eval import EvalOptions, EvalWorker
+from specgen.eval import EvalOptions, EvalWorker, evaluator
 from tests.eval.conftest import BUNDLED, HERE, codes, concealed, submission
 
 GOOD = (BUNDLED / "candidates" / "softmax_torch.py").read_text()
@@ -172,3 +175,159 @@ def test_workers_sharing_a_gpu_split_its_memory(tmp_path) -> None:
     assert shared.options.gpu_memory_fraction == pytest.approx(alone.options.gpu_memory_fraction / 4)
     with pytest.raises(UsageError, match="gpu_sharers"):
         EvalWorker("cuda:0", tmp_path / "c", gpu_sharers=0)
+
+
+# ---------------------------------------------------------------------- a runner that is hostile
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists() or _zombie(pid)
+
+
+def test_an_exception_while_judging_fails_that_candidate_only(
+        cpu_worker: EvalWorker, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Whatever raises while a candidate is judged (here a part of the judge, as a reply's
+    # impossible size made ftruncate raise OverflowError) ends as that candidate's verdict:
+    # on a cluster the exception killed the worker process, again and again.
+    assert cpu_worker.run(submission("softmax", GOOD), "validate").correct
+    before = open_fds()
+    seen: list[int] = []
+
+    def raising(judge, stage):
+        seen.extend(r.init_pid for r in cpu_worker._current)
+        raise OverflowError("Python int too large to convert to C long")
+
+    monkeypatch.setattr(evaluator.Judge, "run", raising)
+    with caplog.at_level(logging.ERROR, logger="specgen.eval.evaluator"):
+        verdict = cpu_worker.run(submission("softmax", GOOD, "victim"), "validate")
+    monkeypatch.undo()
+    assert verdict.code == "candidate" and not verdict.correct
+    assert "OverflowError: Python int too large" in verdict.error
+    assert verdict.stage == "validate" and verdict.sandbox == cpu_worker.sandbox_status.kind
+    logged = [r for r in caplog.records if "victim" in r.getMessage()]
+    assert logged and logged[0].exc_info is not None          # the traceback, in the worker's log
+    assert len(seen) == 2 and all(_gone(pid) for pid in seen)  # its runner and the reference's
+    after = cpu_worker.run(submission("softmax", GOOD), "validate")
+    assert after.correct and after.code == "" and after.error is None, after
+    assert open_fds() == before
+
+
+HUGE_SIZE = '''import torch
+import torch.nn as nn
+from specgen.eval import protocol
+
+_send = protocol.Channel.send
+
+
+def _send_huge(self, message, fds=()):
+    # Claims every output tensor is 2**63 - 1 bytes long.
+    for meta in getattr(message, "outputs", None) or []:
+        if getattr(meta, "kind", "") == "tensor":
+            meta.nbytes = 2**63 - 1
+    return _send(self, message, fds)
+
+
+protocol.Channel.send = _send_huge
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+'''
+
+
+def test_a_reply_claiming_an_impossible_size_is_a_verdict_not_a_crash(cpu_worker: EvalWorker) -> None:
+    # Found sizing a shared buffer from the claim (OverflowError out of EvalWorker.run). A judge
+    # that no longer trusts the claim ignores it; one that trips on it fails the candidate.
+    verdict = cpu_worker.run(submission("softmax", HUGE_SIZE), "validate")
+    assert verdict.code in ("candidate", ""), verdict
+    if verdict.code == "candidate":
+        assert not verdict.correct and "OverflowError" in verdict.error, verdict
+    assert cpu_worker.run(submission("softmax", GOOD), "validate").correct
+
+
+PUSHES_DESCRIPTORS = '''import torch
+import torch.nn as nn
+from specgen.eval import protocol
+
+_send = protocol.Channel.send
+
+
+def _send_more(self, message, fds=()):
+    # Four descriptors with every reply (the most one packet may carry).
+    return _send(self, message, tuple(fds) or (0, 1, 2, 1))
+
+
+protocol.Channel.send = _send_more
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+'''
+
+
+def test_descriptors_a_runner_sends_are_not_kept(cpu_worker: EvalWorker) -> None:
+    assert cpu_worker.run(submission("softmax", GOOD), "full").correct
+    before = open_fds()
+    verdict = cpu_worker.run(submission("softmax", PUSHES_DESCRIPTORS), "full")
+    assert verdict.correct, verdict
+    assert open_fds() == before
+
+
+def _disk_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+FLOOD = '''import os
+import torch
+import torch.nn as nn
+
+_done = []
+
+
+def _flood():
+    # 1 GiB to stdout, once; writes past the log's cap fail and are ignored.
+    line = b"flood " * 174762 + b"\\n"
+    for _ in range(1024):
+        try:
+            os.write(1, line)
+        except OSError:
+            pass
+    _done.append(1)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if not _done:
+            _flood()
+            EXIT
+        return torch.softmax(x, dim=-1)
+'''
+
+
+def test_a_runner_writing_a_gigabyte_grows_no_disk_and_still_answers(cpu_worker: EvalWorker) -> None:
+    from specgen.eval.runner_process import LOG_CAP
+
+    cpu_worker.run(submission("softmax", GOOD), "validate")
+    before = _disk_bytes(cpu_worker.work_dir)
+    began = time.monotonic()
+    verdict = cpu_worker.run(submission("softmax", FLOOD.replace("EXIT", "pass")), "validate")
+    assert verdict.correct, verdict                 # its writes failed; it went on
+    assert time.monotonic() - began < 60
+    assert _disk_bytes(cpu_worker.work_dir) - before < LOG_CAP
+    died = cpu_worker.run(submission("softmax", FLOOD.replace("EXIT", "os._exit(3)")), "validate")
+    assert "the candidate runner died (exit code 3)" in died.error
+    assert "flood flood" in died.error and "the log reached its cap of 8 MiB" in died.error
+    assert _disk_bytes(cpu_worker.work_dir) - before < LOG_CAP
+
+
+def test_a_runners_last_words_reach_the_verdict(cpu_worker: EvalWorker) -> None:
+    last = forward_body("sys.stderr.write('my last words\\\\n'); sys.stderr.flush(); os._exit(3)",
+                        "import os, sys")
+    verdict = cpu_worker.run(submission("softmax", last), "validate")
+    assert "exit code 3" in verdict.error and "my last words" in verdict.error, verdict.error

@@ -1,72 +1,75 @@
-"""How far a right output's digest may be from the reference's (eval/output_checks.py)."""
+"""What the judge makes of a candidate's reply and of the reference runner's reading
+(eval/output_checks.py), and how far a right output's digest may be from the reference's."""
 from __future__ import annotations
 
-import math
-
 import pytest
+import torch
 
-from specgen.eval.output_checks import digest_bound
-
-
-def test_the_digest_bound_grows_with_the_tolerance_and_the_references_own_error() -> None:
-    assert digest_bound(1.0, 0.0, 0.0) == pytest.approx(6.0, rel=1e-6)
-    assert digest_bound(1.0, 0.5, 10.0) > digest_bound(1.0, 0.0, 10.0)
-
-
-# -- whether the inputs changed, decided by the judge over digests whose last bits wander
-
-class _Replies:
-    """The two runners' replies to one checked call, in order (the transport is not under test:
-    what the judge makes of the replies is)."""
-
-    def __init__(self, *replies) -> None:
-        self.replies = list(replies)
-        self.candidate, self.reference = "candidate", "reference"
-
-    def ask(self, runner, message, expect, fds=()):
-        reply = self.replies.pop(0)
-        assert isinstance(reply, expect)
-        return type("Received", (), {"message": reply})()
+from specgen.eval.compare import digest_bound, l2_norm
+from specgen.eval.findings import Findings, Stop
+from specgen.eval.output_checks import OutputChecks
+from specgen.messages import Called, EvalOptions, OutputMeta, ReadDone
 
 
-def _checked(pristine: list[float], after: list[float], candidate_after: list[float]):
-    from specgen.eval.findings import Findings
-    from specgen.eval.output_checks import OutputChecks
-    from specgen.messages import Compared, EvalOptions, OutputMeta, Shipped, Trial, TrialDone
-
-    meta = [OutputMeta(kind="tensor", shape=[4], dtype="float32", nbytes=16)]
-    findings = Findings("cuda:0", cuda=True)
-    replies = _Replies(
-        TrialDone(index=0, digests=[1.5], outputs=meta, input_digests=candidate_after),
-        Shipped(index=0),
-        Compared(ok=True, digests=[1.5], tol_norms=[1e-3], ref_error_norms=[0.0], outputs=meta,
-                 input_digests=after, pristine_digests=pristine))
-    checks = OutputChecks(findings, replies, EvalOptions(), [])
-    try:
-        assert checks.checked(Trial(index=0, seed=1, digest_seed=2), "trial 0")
-    finally:
-        checks.close()
-    return findings, checks
+def test_the_digest_bound_is_relative_where_the_values_are_below_the_absolute_tolerance() -> None:
+    tiny = torch.full((4096,), 2.5e-6, dtype=torch.float64)
+    # the absolute tolerance's norm alone would allow an error of 6e-3; the relative bound allows
+    # 6 x 10 rtol |r|, about 1e-6, which no constant of another value meets
+    assert digest_bound(tiny, 0.0, 0.0) == pytest.approx(6 * 10 * 1e-4 * l2_norm(tiny), rel=1e-4)
+    big = torch.ones(4096, dtype=torch.float64)
+    assert digest_bound(big, 0.5, 10.0) > digest_bound(big, 0.0, 10.0)
 
 
-def test_a_reference_whose_input_digests_differ_in_the_last_bits_does_not_mutate() -> None:
-    """On a GPU the digest's float64 sum is added up by blocks in whatever order they finish, so
-    two digests of the same input differ in the last bits. Read as 'the reference changes its
-    inputs', that turned the mutated-inputs check off, and candidates that zero or overwrite
-    their inputs were accepted."""
-    digest = 1234.5678901234
-    wandered = digest + 4 * math.ulp(digest)
-    findings, checks = _checked([digest], [wandered], candidate_after=[0.0])
-    assert not checks.reference_mutates
-    assert "mutated-inputs" in findings.flags
+def test_integer_outputs_must_match_exactly() -> None:
+    assert digest_bound(torch.arange(10), 0.0, 45.0) < 1e-6
 
 
-def test_a_reference_that_changes_its_inputs_lets_the_candidate_change_them() -> None:
-    findings, checks = _checked([1234.5], [17.25], candidate_after=[0.0])
-    assert checks.reference_mutates and not findings.flags
+class _Exchange:
+    arena = (0, 4096)
 
 
-def test_an_honest_candidate_whose_input_digest_wanders_is_not_flagged() -> None:
-    digest = -98.765432109876
-    findings, checks = _checked([digest], [digest], candidate_after=[digest - 8 * math.ulp(digest)])
-    assert not checks.reference_mutates and not findings.flags
+def checks() -> OutputChecks:
+    return OutputChecks(Findings("cpu", cuda=False), _Exchange(), None, EvalOptions())  # type: ignore[arg-type]
+
+
+def tensor(shape: list[int], dtype: str = "float32", plain: bool = True) -> OutputMeta:
+    return OutputMeta(kind="tensor", shape=shape, dtype=dtype, plain=plain)
+
+
+@pytest.mark.parametrize("outputs, why", [
+    ([tensor([2**62, 2**62])], "shape"),
+    ([tensor([4096, 4096])], "beyond the region"),
+    ([tensor([-1, 4])], "shape"),
+    ([tensor([4], dtype="object")], "dtype"),
+    ([tensor([4])] * 65, "more than"),
+])
+def test_a_reply_that_places_its_outputs_beyond_the_arena_fails_the_candidate(outputs, why) -> None:
+    """Sizes a runner claims are bounded before anything is read or sized after them."""
+    made = checks()
+    with pytest.raises(Stop):
+        made.called(Called(index=1, outputs=outputs), "trial 0")
+    assert "cannot be read" in made.findings.verdict.error and why in made.findings.verdict.error
+
+
+def test_a_reply_with_outputs_in_the_arena_gives_their_slots_and_its_flags() -> None:
+    made = checks()
+    slots = made.called(Called(index=1, outputs=[tensor([4, 4], plain=False)], launches=2), "t")
+    assert [s.shape for s in slots] == [[4, 4]] and made.launches == 2
+    assert "tensor-subclass" in made.findings.flags
+
+
+def test_the_references_reading_decides() -> None:
+    done = Called(index=1, outputs=[tensor([4])])
+    made = checks()
+    assert made.judged(done, ReadDone(index=1, ok=True, outputs=[tensor([4])]), "t")
+    changed = checks()
+    with pytest.raises(Stop):
+        changed.judged(done, ReadDone(index=1, changed=True, outputs=[tensor([4])]), "t")
+    assert "changed while the judge read them" in changed.findings.verdict.error
+    mutated = checks()
+    mutated.judged(done, ReadDone(index=1, ok=True, inputs_changed=True, outputs=[tensor([4])]), "t")
+    assert "mutated-inputs" in mutated.findings.flags
+    problem = checks()
+    with pytest.raises(Stop):
+        problem.judged(done, ReadDone(index=1, problem_error="Model raised"), "t")
+    assert problem.findings.verdict.code == "reference"

@@ -6,8 +6,12 @@ about what the sandbox stops once the code runs.
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -344,3 +348,57 @@ def test_a_compiler_outside_the_system_folders_is_in_the_view(tmp_path: Path, mo
     monkeypatch.setenv("CC", str(compiler))
     assert str(prefix.resolve()) in sandbox.toolchain_prefixes(str(Path.cwd()))
     assert str(prefix.resolve()) in sandbox.view_paths()
+
+
+LINKED_START = """
+import json, sys
+from pathlib import Path
+from specgen.eval import runner_process, sandbox
+from specgen.eval.options import EvalOptions
+
+work = Path(sys.argv[1])
+if sys.argv[2] == "no-links":            # the view as it was laid before the links were
+    sandbox.view_aliases = lambda *args, **kwargs: []
+try:
+    template = runner_process.Template("cpu", work, EvalOptions(), True, work / "cache", [])
+except runner_process.RunnerError as exc:
+    print(json.dumps({"error": str(exc)}))
+    sys.exit(0)
+status = runner_process.probe(template)
+template.close()
+print(json.dumps({"kind": status.kind, "detail": status.detail, "prefix": sys.prefix}))
+"""
+
+
+def _start_through(link: Path, work: Path, mode: str) -> dict:
+    interpreter = link / Path(sys.executable).relative_to(sys.prefix)
+    (work / "cache").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": sandbox.python_path()}
+    done = subprocess.run([str(interpreter), "-c", LINKED_START, str(work), mode], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.executable.startswith(sys.prefix + "/"),
+                    reason="the interpreter is not inside its prefix")
+def test_an_interpreter_reached_through_a_linked_folder_starts_its_sandbox(tmp_path: Path) -> None:
+    """A virtual environment reached through a symbolic link (its folder linked elsewhere, as a
+    deployment links its current release): the interpreter's own path must exist in the view,
+    or the template cannot start and every candidate is refused."""
+    outside = Path(tempfile.mkdtemp(prefix="specgen-link-", dir="/var/tmp"))
+    try:
+        for folder in (tmp_path, outside):       # under the sandbox's /tmp, and elsewhere
+            link = folder / "venv-link"
+            link.symlink_to(Path(sys.prefix).resolve())
+            started = _start_through(link, tmp_path / folder.name, "links")
+            assert started.get("kind") == sandbox.NAMESPACES, started
+            assert started["prefix"] == str(link)
+        # Without the links laid, it cannot start: the error says why, from the sandbox's
+        # own stderr, instead of "the other end closed the channel; log: (empty)".
+        failed = _start_through(outside / "venv-link", tmp_path / "failed", "no-links")
+        assert "cannot run" in failed["error"] and "No such file or directory" in failed["error"]
+        assert "exit code 127" in failed["error"]
+    finally:
+        (outside / "venv-link").unlink(missing_ok=True)
+        outside.rmdir()

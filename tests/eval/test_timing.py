@@ -1,9 +1,9 @@
-"""The judge's time statistics: median, spread, what is taken off a call's windows, the resolution."""
+"""The judge's time statistics: median, spread, what is taken off a call's window, the resolution."""
 from __future__ import annotations
 
 import pytest
 
-from specgen.eval.timing import Allowance, Windows, net, summarize
+from specgen.eval.timing import MIN_MS, net, resolution, summarize
 
 
 def test_summary_is_median_and_interquartile_spread() -> None:
@@ -12,44 +12,21 @@ def test_summary_is_median_and_interquartile_spread() -> None:
     assert stats.spread == pytest.approx(2.0 / 3.0) and stats.samples == 5
 
 
-def test_a_calls_time_is_its_call_window_less_an_empty_one() -> None:
-    allowance = Allowance(made_ms=1.0, digest_ms=0.5, overhead_ms=0.02)
-    calls = [Windows(made=0.9, call=c, digest=0.4) for c in (0.52, 0.62, 0.72)]
-    assert net(calls, allowance, resolution_ms=0.01).median_ms == pytest.approx(0.6)
+def test_a_calls_time_is_its_window_less_an_empty_one() -> None:
+    assert net([1.52, 1.62, 1.72], overhead_ms=1.02, resolution_ms=0.01).median_ms == \
+        pytest.approx(0.6)
     # calls indistinguishable from calling nothing: counted at the resolution, never at zero
-    empty = [Windows(made=1.0, call=0.02, digest=0.5)] * 3
-    assert net(empty, allowance, resolution_ms=0.05).median_ms == 0.05
+    assert net([1.0, 1.01, 0.99], overhead_ms=1.0, resolution_ms=0.05).median_ms == 0.05
 
 
-def test_inputs_and_digest_beyond_the_allowance_count_as_the_calls() -> None:
-    """The runner says where its windows end: work moved out of the call window into the others
-    is charged once they pass the reference's medians."""
-    allowance = Allowance(made_ms=1.0, digest_ms=0.5, overhead_ms=0.0)
-    honest = Windows(made=1.0, call=0.3, digest=0.5)
-    moved = Windows(made=1.2, call=0.05, digest=0.55)       # 0.25 ms of the call moved out
-    assert allowance.net(honest) == pytest.approx(0.3)
-    assert allowance.net(moved) == pytest.approx(0.3)
-    assert allowance.taken_off(moved) == pytest.approx(1.5)
+def test_the_per_call_quartiles_are_the_windows_less_the_overhead() -> None:
+    stats = net([1.0, 2.0, 3.0, 4.0, 5.0], overhead_ms=0.5, resolution_ms=0.01)
+    assert (stats.p25_ms, stats.median_ms, stats.p75_ms) == pytest.approx((1.5, 2.5, 3.5))
 
 
-def test_a_models_time_takes_each_window_at_its_median() -> None:
-    allowance = Allowance(made_ms=1.0, digest_ms=0.5, overhead_ms=0.0)
-    calls = [Windows(made=1.0, call=0.3, digest=0.5), Windows(made=3.0, call=0.31, digest=0.5),
-             Windows(made=0.9, call=0.29, digest=0.9)]
-    assert Windows.medians(calls) == Windows(made=1.0, call=0.3, digest=0.5)
-    # one call's slow inputs and another's slow digest are not charged: their medians are within
-    assert net(calls, allowance, resolution_ms=0.01).median_ms == pytest.approx(0.3)
-
-
-def test_the_allowance_is_the_references_medians_and_the_resolution_what_lies_below() -> None:
-    calls = [Windows(made=m, call=5.0, digest=d) for m, d in
-             ((1.0, 0.4), (1.1, 0.5), (1.2, 0.6), (1.3, 0.7), (1.4, 0.8))]
-    nothing = [Windows(made=1.0, call=c, digest=0.5) for c in (0.02, 0.03, 0.04, 0.05, 0.06)]
-    allowance = Allowance.of(calls, nothing)
-    assert (allowance.made_ms, allowance.digest_ms, allowance.overhead_ms) == \
-        pytest.approx((1.2, 0.6, 0.04))
-    # empty call window p75 - p25, plus made and digest p50 - p25
-    assert Allowance.resolution(calls, nothing) == pytest.approx(0.02 + 0.1 + 0.1)
+def test_the_resolution_is_the_spread_of_the_calls_of_nothing() -> None:
+    assert resolution([0.02, 0.03, 0.04, 0.05, 0.06]) == pytest.approx(0.02)
+    assert resolution([0.5] * 5) == MIN_MS           # never finer than 1 us
 
 
 @pytest.mark.parametrize("candidate_ms, flagged", [(0.169, False), (0.14, True)])

@@ -192,3 +192,47 @@ def test_a_gpu_named_several_times_gets_one_worker_each() -> None:
     node.scheduler, node.notices_address, node.evaluator = "ipc:///x", "ipc:///y", "eval"
     node.work_dir = Path("/tmp/w")
     assert [node.worker_config(s).gpu_sharers for s in node.slots.values()] == [2, 2, 1]
+
+
+def test_deaths_while_judging_a_candidate_do_not_use_up_the_restart_budget(tmp_path) -> None:
+    """A candidate that takes its worker down is the candidate's doing: the node restarts the
+    worker without counting it against worker_max_restarts (a stream of hostile candidates made a
+    node give up on its workers), and the scheduler hears which candidate it was judging."""
+    import json
+    from types import SimpleNamespace
+
+    from specgen.runtime.node import NodeActor
+    from specgen.runtime.settings import RuntimeSettings
+    from specgen.runtime.worker import IN_FLIGHT
+
+    node = object.__new__(NodeActor)
+    node.name, node.work_dir, node.stopping = "n", tmp_path, False
+    node.settings = RuntimeSettings(worker_max_restarts=2, worker_restart_backoff_s=0.0)
+    sent = []
+    node.conn = SimpleNamespace(send=sent.append)
+    node.init_slots(["cpu"])
+    slot = next(iter(node.slots.values()))
+    pids = iter(range(1000, 2000))
+
+    def dies(judging: bool, code: int = -9) -> None:
+        slot.child = SimpleNamespace(name=slot.name, pid=next(pids), log_path=None)
+        if judging:
+            node.worker_dir(slot).mkdir(parents=True, exist_ok=True)
+            (node.worker_dir(slot) / IN_FLIGHT).write_text(json.dumps(
+                {"pid": slot.child.pid, "request_id": "q", "candidate": "job/c1", "stage": "validate"}))
+        node._on_exit(slot.child, code)
+
+    for _ in range(10):
+        dies(judging=True)
+        assert slot.state == "restarting"
+    assert slot.candidate_deaths == 10 and len(slot.restarts) == 0
+    assert sent[-1].reason.startswith("exited with code -9 while judging job/c1 validate")
+    assert node._health()["health"][slot.name]["candidate_deaths"] == 10
+    # A mark left by an earlier process of the worker does not excuse this one's death.
+    (node.worker_dir(slot) / IN_FLIGHT).write_text(json.dumps({"pid": 1, "candidate": "job/c2"}))
+    dies(judging=False, code=1)
+    assert len(slot.restarts) == 1 and "while judging" not in sent[-1].reason
+    # Its own deaths still count: past worker_max_restarts it is given up on.
+    dies(judging=False, code=1)
+    dies(judging=False, code=1)
+    assert slot.state == "failed"

@@ -1,6 +1,8 @@
 """The worker actor's request handling (no scheduler needed: its connection is never started)."""
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -76,5 +78,38 @@ def test_hello_lists_the_results_kept_until_acknowledged(tmp_path: Path) -> None
         actor.conn.calls.acks_due.append(first)
         actor.conn.calls.apply_acks()
         assert actor._busy_fields()["held_results"] == ["s1-2"]
+    finally:
+        actor.close()
+
+
+def test_the_request_in_flight_is_marked_for_the_node(tmp_path: Path) -> None:
+    """While a request runs its worker marks it in its work directory; a worker that dies with
+    the mark there died judging that candidate (runtime/node.py does not count such deaths)."""
+    from specgen.runtime.worker import IN_FLIGHT, in_flight
+
+    actor = make_actor(tmp_path)
+    work = tmp_path / "work"
+    try:
+        result = {}
+        runner = threading.Thread(target=lambda: result.setdefault("u", actor.run_one(task("r4", 1.0))))
+        runner.start()
+        time.sleep(0.3)
+        assert json.loads((work / IN_FLIGHT).read_text())["request_id"] == "r4"
+        runner.join(10)
+        assert result["u"].verdict.correct and not (work / IN_FLIGHT).exists()
+
+        def raising(*args, **kwargs):
+            raise OverflowError("from the evaluation")
+
+        actor.evaluator.run = raising            # an exception that ends the worker's process
+        for request_id in ("r5", "r6"):
+            with pytest.raises(OverflowError):
+                actor.run_one(task(request_id, 0.01))
+            assert (work / IN_FLIGHT).exists()   # left for the node
+        assert in_flight(work, os.getpid()) == "j/r6 validate"
+        assert not (work / IN_FLIGHT).exists()   # read once: a restarted worker starts clean
+        with pytest.raises(OverflowError):
+            actor.run_one(task("r7", 0.01))
+        assert in_flight(work, os.getpid() + 1) is None    # another process's mark: not its death
     finally:
         actor.close()

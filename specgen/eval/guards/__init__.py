@@ -1,9 +1,9 @@
 """Every defence of the verdict, and the reward hack each one stops.
 
-The verdict rests on the judge (eval/judge.py), a process the candidate never runs in: it makes
-the inputs (fresh, unpredictable seeds per call), has the reference runner compute the accurate
-value and compare the candidate's whole output with it, checks every call's digest, measures
-every time on its own clock. Most hacks therefore need no guard of their own: they simply fail
+The verdict rests on the judge (eval/judge.py) and the reference runner, processes the candidate
+never runs in: the reference runner makes the inputs (fresh, unpredictable seeds per call), hands
+them over and reads the outputs itself in its arena (eval/arena.py), judging them against its own
+call and the accurate value; the judge measures every time on its own clock. Most hacks therefore need no guard of their own: they simply fail
 the comparison (wrong, stale, lazy or unwritten outputs), or gain nothing (a swapped clock, a
 thread finishing after `forward` returns, memoization across calls that never see the same
 inputs). What is left are the checks below. A flag (`Verdict.flags`, `"<code>: <reason>"`)
@@ -46,29 +46,31 @@ class Guard(NamedTuple):
 
 
 GUARDS: tuple[Guard, ...] = (
-    # --- the judge's own steps
-    Guard("inputs:Inputs.trial", "",
-          "memoized or precomputed outputs: every call's inputs come from a fresh seed the "
-          "candidate learns only with the request"),
-    Guard("output_checks:OutputChecks.checked", "tensor-subclass",
-          "wrong, stale, unwritten, NaN, near-zero or lazy outputs: the whole output, copied out, "
-          "compared by the reference with its accurate value"),
-    Guard("output_checks:OutputChecks.digests_differ", "",
-          "work finishing after the call returned (threads, side streams), outputs changing "
-          "after the call: the digest read as the call returned must match"),
+    # --- the judge's own steps, over the reference runner's arena (eval/arena.py)
+    Guard("exchange:Exchange.hand", "",
+          "memoized or precomputed outputs: every call's inputs are made by the reference runner "
+          "from a fresh seed and handed over as the window opens, into the same memory"),
+    Guard("runner:ReferenceRole.read", "",
+          "wrong, stale, unwritten, NaN, near-zero, constant or lazy outputs, and outputs served "
+          "later: the reference runner reads the arena itself and judges what the call left"),
+    Guard("runner:ReferenceRole.look", "",
+          "work finishing after the reply (threads, side streams, a reply sent early): a timed "
+          "call's window ends when the outputs are read, and outputs that change between the two "
+          "readings fail"),
+    Guard("output_checks:OutputChecks.called", "tensor-subclass",
+          "sizes, counts and dtypes no output has: bounded by the arena before anything is read"),
     Guard("exchange:Exchange.timed", "",
-          "a swapped clock, events or synchronize: times are the judge's, from its request to "
-          "the kernel's timestamp on the reply"),
+          "a swapped clock, events or synchronize, stage messages of its own: one window, from the "
+          "judge's handing over to the kernel's stamp on the reference runner's reading"),
     Guard("profiling:Profiler.nothing", "",
-          "the judge's own costs: the same path timed with no call in the reference runner, "
-          "subtracted for both sides; for the candidate at most what the reference's own "
-          "timing found (a candidate that loads the host between its calls gains nothing)"),
-    Guard("output_checks:OutputChecks.inputs_unchanged", "mutated-inputs",
-          "inputs zeroed or overwritten (a reference run on the same tensors would agree; a "
-          "caller's data is clobbered): every call's inputs are digested after it"),
-    Guard("output_checks:OutputChecks.ship_timed", "",
-          "behaving only until timed: timed calls' digests, and some timed outputs compared in "
-          "full, chosen after the call"),
+          "the judge's own costs: the same path with no call, timed in the candidate's runner "
+          "before its code was loaded, subtracted for both sides"),
+    Guard("output_checks:OutputChecks.judged", "mutated-inputs",
+          "inputs zeroed, overwritten or computed into: the reference runner re-reads the inputs "
+          "it handed over against those it kept"),
+    Guard("profiling:Profiler._timed_calls", "",
+          "behaving only until timed: every timed call read, some compared in full, chosen after "
+          "the call; timed and checked calls look the same to the candidate"),
     Guard("probes:Probes._memo_probe", "memoized",
           "a result cached by data pointer or shape: the same tensors refilled with new values"),
     Guard("probes:Probes._second_shape", "hard-coded-shape",

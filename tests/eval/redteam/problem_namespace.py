@@ -1,7 +1,8 @@
 # problem: softmax
-# expect: reject
-"""Reaches the problem's module and shrinks its input sizes, so get_inputs() would build small
-inputs that this candidate can then handle cheaply."""
+# expect: honest-speed 1.5
+"""Reaches the problem's module and shrinks its input sizes, so that get_inputs() would build small
+inputs that this candidate can then handle cheaply. Inputs are made in the reference runner, whose
+module it cannot reach: it does the honest work on full-sized inputs and gains nothing."""
 import sys
 
 import torch
