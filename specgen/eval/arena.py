@@ -115,7 +115,7 @@ class Region:
 
         self.device = device
         self.cuda = device.startswith("cuda")
-        self.index = torch.device(device).index or 0 if self.cuda else 0
+        self.index = (torch.device(device).index or 0) if self.cuda else 0
         self.owner = fd is None
         self.map: mmap.mmap | None = None
         self.ptr = 0

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from specgen.eval.extensions import BuildSession
-from specgen.eval.loader import CandidateSource
+from specgen.eval.loader import CandidateSource, called_name
 from specgen.messages import LoadProblem
 
 # A step of a meta probe is Python running over shapes: seconds at most. One that is still
@@ -133,7 +133,7 @@ def sweep(session: BuildSession, candidate: CandidateSource, module: types.Modul
     """Make each `load_inline(...)` call of the source whose arguments evaluate in the module's
     globals (see the module doc), SWEEP_THREADS at a time."""
     calls = [node for node in ast.walk(candidate.tree)
-             if isinstance(node, ast.Call) and _called_name(node.func) == "load_inline"]
+             if isinstance(node, ast.Call) and called_name(node.func) == "load_inline"]
     if not calls:
         return []
     namespace = dict(vars(module))
@@ -155,14 +155,6 @@ def sweep(session: BuildSession, candidate: CandidateSource, module: types.Modul
     with ThreadPoolExecutor(max_workers=min(SWEEP_THREADS, len(calls)),
                             thread_name_prefix="specgen-sweep") as pool:
         return [r for r in pool.map(make, calls) if r]
-
-
-def _called_name(func: ast.AST) -> str:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
 
 
 def _describe(exc: BaseException) -> str:

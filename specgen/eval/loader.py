@@ -107,6 +107,15 @@ def top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
     return names
 
 
+def called_name(func: ast.AST) -> str:
+    """The name a call is made by: `f(...)` and `x.f(...)` both give "f"."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
 def _method(cls: ast.AST, name: str) -> ast.FunctionDef | None:
     if not isinstance(cls, ast.ClassDef):
         return None

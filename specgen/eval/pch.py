@@ -33,6 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from specgen.eval.loader import called_name
+
 HEADER = Path("torch") / "extension.h"
 # A PCH of torch's headers is about 0.8 GB: one per set of flags that candidates use, a few sets.
 MAX_VARIANTS = 6
@@ -197,7 +199,7 @@ def variants(candidate_text: str) -> list[tuple[bool, list[str]]]:
         return []
     found: list[tuple[bool, list[str]]] = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _called_name(node.func) == "load_inline"):
+        if not (isinstance(node, ast.Call) and called_name(node.func) == "load_inline"):
             continue
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         if "extra_include_paths" in keywords or len(node.args) > 2:
@@ -212,14 +214,6 @@ def variants(candidate_text: str) -> list[tuple[bool, list[str]]]:
         if not with_cuda and flags is not None and allowed(flags) and (with_cuda, flags) not in found:
             found.append((with_cuda, flags))
     return found
-
-
-def _called_name(func: ast.AST) -> str:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
 
 
 def main(argv: list[str]) -> int:
