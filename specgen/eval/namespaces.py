@@ -237,7 +237,16 @@ def enter(spec: SandboxSpec) -> None:
     for path, target in links.items():
         os.makedirs(os.path.dirname(root + path), exist_ok=True)
         os.symlink(target, root + path)
-    for path in binds:
+    hidden = sorted({os.path.realpath(p) for p in spec.hidden}, key=len)
+
+    def inside_hidden(path: str) -> bool:
+        return any(path.startswith(h.rstrip("/") + "/") for h in hidden)
+
+    # A bind inside a hidden folder (a worker's cache beside the cluster's sockets, as a local
+    # cluster lays them out) is made after the folder is covered, so that it stays in view; a
+    # hidden folder inside a bind is covered after the bind, so that it stays hidden.
+    inner = [path for path in binds if inside_hidden(path)]
+    for path in [p for p in binds if p not in inner]:
         fd, is_dir = handles[path]
         if path in links:
             os.close(fd)
@@ -245,9 +254,13 @@ def enter(spec: SandboxSpec) -> None:
         _bind(fd, root + path, is_dir)
         os.close(fd)
     _lay_links(root, ways)
-    for path in sorted({os.path.realpath(p) for p in spec.hidden}, key=len):
+    for path in hidden:
         if os.path.isdir(root + path):
             _mount("tmpfs", root + path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+    for path in inner:
+        fd, is_dir = handles[path]
+        _bind(fd, root + path, is_dir)
+        os.close(fd)
     _populate_dev(root, spec.devices)
     os.makedirs(root + "/proc")
     # Bound from the old root for `mount_proc`, which keeps its driver entries.

@@ -115,9 +115,10 @@ def test_a_call_that_changes_its_inputs_is_seen_by_the_reference() -> None:
 
 
 def test_outputs_still_being_written_while_read_are_seen() -> None:
-    """Work that goes on after the call returned: the outputs read first and last differ."""
+    """Work that goes on after the call returned: what is read is not the right output, or the
+    outputs read first and last differ."""
     reference, _ = pair()
-    stop = threading.Event()
+    stop, started = threading.Event(), threading.Event()
 
     def keep_writing(x: torch.Tensor, out: torch.Tensor) -> None:
         right = torch.softmax(x, dim=-1)
@@ -127,8 +128,10 @@ def test_outputs_still_being_written_while_read_are_seen() -> None:
             while not stop.is_set():
                 value += 1.0
                 out[0, 0] = value
+                started.set()
         out.copy_(right)
         threading.Thread(target=spin, daemon=True).start()
+        started.wait(10)                # still writing when the reading begins
 
     try:
         done = read_after(reference, keep_writing)

@@ -402,3 +402,28 @@ def test_an_interpreter_reached_through_a_linked_folder_starts_its_sandbox(tmp_p
     finally:
         (outside / "venv-link").unlink(missing_ok=True)
         outside.rmdir()
+
+
+def test_a_cache_inside_a_hidden_folder_stays_in_view(tmp_path: Path) -> None:
+    """A local cluster keeps each worker's folder (and its build cache) beside the sockets it hides
+    from runners: the cache is bound over the hidden folder's cover, so a candidate's extension
+    built ahead is found there (covered, it was refused as never built)."""
+    from specgen.messages import CandidateSubmission
+
+    sockets = tmp_path / "cluster"
+    sockets.mkdir()
+    (sockets / "scheduler.sock").write_text("not for runners")
+    options = EvalOptions(timeout_s=120.0, timing_trials=4, warmup=1, overhead_trials=5,
+                          memory_limit_mb=2048)
+    worker = EvalWorker("cpu", sockets / "work0", spare_processes=0, options=options,
+                        hidden_paths=[sockets])
+    worker.start()
+    try:
+        problem = BUNDLED / "softmax.py"
+        candidate = BUNDLED / "candidates" / "softmax_cpp.py"
+        verdict = worker.run(CandidateSubmission(
+            job_id="", candidate_id="c", problem_name="softmax", problem_source=problem.read_text(),
+            candidate_source=candidate.read_text()), "validate")
+    finally:
+        worker.close()
+    assert verdict.correct and verdict.error is None, verdict.error
