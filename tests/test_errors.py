@@ -17,7 +17,10 @@ from specgen.errors import SpecgenError
 OUTSIDE = {"specgen.eval.profiling._ReferenceFailed", "specgen.eval.findings.Stop",
            "specgen.traces.importing.staging.ImportInterrupted",
            "specgen.traces.importing.importer.TraceImportWarning",
-           "specgen.kv._kv_transfer.KvTransferError", "specgen.eval._digest.DigestError"}
+           "specgen.kv._kv_transfer.KvTransferError", "specgen.eval._digest.DigestError",
+           "specgen.eval._arena.ArenaError",
+           # the build runner's own signals while it calls ModelNew on meta tensors: caught there
+           "specgen.eval.extensions.ProbeStop", "specgen.eval.discovery._ProbeTimeout"}
 
 
 def _exception_classes() -> dict[str, type]:
