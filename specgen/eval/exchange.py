@@ -119,10 +119,10 @@ class Exchange:
     # ------------------------------------------------------------------ the arena
     def make_arena(self, input_bytes: int, output_bytes: int) -> None:
         """The reference runner's arena at least this large, mapped in the candidate's runner."""
-        made: ArenaMade = self.ask(self.reference, MakeArena(input_bytes=input_bytes,
-                                                             output_bytes=output_bytes),
-                                   ArenaMade, fds_expected=2)
-        self._map(made.message, made.fds)
+        received = self.ask(self.reference, MakeArena(input_bytes=input_bytes,
+                                                      output_bytes=output_bytes),
+                            ArenaMade, fds_expected=2)
+        self._map(received.message, received.fds)
 
     def _map(self, made: ArenaMade | Handed, fds: list[int]) -> None:
         """Hand the reference runner's arena descriptors `fds` to the candidate's runner."""
@@ -168,8 +168,9 @@ class Exchange:
             self.findings.verdict.code = self.findings.verdict.code or "reference"
             raise Stop
         if handed.grown:
-            self.arena = (max(self.arena[0], handed.input_bytes),
-                          max(self.arena[1], handed.output_bytes))
+            if len(handed.arena) == 2:
+                # The regions as made (a GPU's are whole allocation granules, and are mapped so).
+                self.arena = (handed.arena[0], handed.arena[1])
             self._map(handed, received.fds)
         else:
             for fd in received.fds:

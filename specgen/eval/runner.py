@@ -274,8 +274,9 @@ class ReferenceRole:
                 self.make_arena(MakeArena(input_bytes=0, output_bytes=out_need))
                 grown = True
         self.held = _Held(request.index, request.shape, inputs, ref)
+        sizes = [arena.inputs.size, arena.outputs.size] if grown else []
         return (Handed(index=request.index, args=args, input_bytes=need, output_bytes=out_need,
-                       grown=grown), arena.fds if grown else ())
+                       grown=grown, arena=sizes), arena.fds if grown else ())
 
     def call(self, request: Call) -> Called:
         from specgen.eval.calls import output_meta

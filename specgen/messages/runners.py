@@ -289,6 +289,7 @@ class Handed(msgspec.Struct, kw_only=True, tag="handed", omit_defaults=True):
     input_bytes: int = 0                    # what the inputs need of the arena
     output_bytes: int = 0                   # early: what the reference's outputs need of it
     grown: bool = False                     # the arena was made anew (its descriptors come along)
+    arena: list[int] = []                   # grown: its regions' sizes (inputs, outputs) as made
     error: str | None = None                # the problem raised making its inputs (or its call)
 
 

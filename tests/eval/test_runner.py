@@ -153,3 +153,20 @@ def test_outputs_said_to_lie_where_nothing_can_be_read_are_refused(slots: list[S
     looked = reference.look(Look(index=1, digest_seed=1, outputs=slots))
     assert "cannot be read" in looked.error
     assert reference.read(Read(index=1)).problem_error
+
+
+def test_inputs_of_a_larger_shape_grow_the_arena_and_say_its_new_sizes() -> None:
+    """A probe's shape may need more than the problem's own (a size below 4 grows by one): the
+    reference runner makes new regions, says their sizes as made and sends their descriptors,
+    which the candidate's runner maps in place of the old."""
+    reference, candidate = pair()
+    before = (reference.arena.inputs.size, reference.arena.outputs.size)
+    handed, fds = reference.hand(Hand(index=1, seed=3, shape={"batch_size": 64}, early=True))
+    assert handed.grown and len(fds) == 2
+    assert handed.arena == [reference.arena.inputs.size, reference.arena.outputs.size]
+    assert reference.arena.inputs.size > before[0] and reference.arena.outputs.size > before[1]
+    assert candidate.map_arena(MapArena(input_bytes=handed.arena[0], output_bytes=handed.arena[1]),
+                               [os.dup(fd) for fd in fds]).error is None
+    assert candidate.call(Call(index=1, args=handed.args, reference=True)).error is None
+    slots = pack([([64, 256], "float32")])[0]
+    assert judged(reference, 1, slots, full=True).ok
