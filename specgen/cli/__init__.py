@@ -34,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specgen.runtime.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins()    # before the parser: `--llm` and `--fork-model` offer the plug-ins' names
+    except PluginError as exc:
+        print(f"specgen: error: {exc}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

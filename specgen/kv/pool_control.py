@@ -151,15 +151,26 @@ class PoolControlAgent:
 
 
 class KvPoolController:
-    """Controller side: bind, receive pools' stats, ask a pool to resize."""
+    """Controller side: bind, receive pools' stats, ask a pool to resize.
 
-    def __init__(self, endpoint: str) -> None:
+    A pool's agent that has just started may not be connected yet: its DEALER's handshake completes
+    in ZeroMQ's I/O threads some time after the agent itself is up (`PoolAgentProcess.wait_started`
+    returns once the agent served its pool, not once this side knows it). Until then this ROUTER has
+    no route to the pool's identity, so a request waits, at most `connect_timeout_s`, for the agent
+    to connect, then fails naming the pool and saying its agent has not connected.
+    """
+
+    def __init__(self, endpoint: str, *, connect_timeout_s: float = 5.0) -> None:
+        if not connect_timeout_s >= 0:
+            raise KvPoolError(f"KvPoolController connect_timeout_s must be >= 0, got {connect_timeout_s}")
         self._context = zmq.Context.instance()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # An unknown identity is an error we can wait on and name, not a silent drop.
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.bind(endpoint)
         self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.connect_timeout_s = connect_timeout_s
         self.latest: dict[str, KvPoolStats] = {}
 
     def receive(self, timeout_s: float = 0.0) -> list[tuple[str, KvPoolStats]]:
@@ -196,12 +207,41 @@ class KvPoolController:
                     stats = s
         return stats
 
-    def resize(self, pool: str, target_bytes: int | None, request_id: str = "") -> None:
-        try:
-            self._socket.send_multipart([pool.encode(), *wire.encode(
-                KvPoolResize(target_bytes=target_bytes, request_id=request_id))])
-        except zmq.ZMQError as exc:
-            raise KvPoolError(f"pool {pool!r} is not connected to {self.endpoint}: {exc}") from None
+    def resize(self, pool: str, target_bytes: int | None, request_id: str = "", *,
+               connect_timeout_s: float | None = None) -> None:
+        """Ask `pool` to resize toward `target_bytes` (None: only report its stats).
+
+        A pool whose agent is not connected (yet) is waited for, at most `connect_timeout_s`
+        (default: the controller's); then KvPoolError names the pool and says so."""
+        self._send(pool, KvPoolResize(target_bytes=target_bytes, request_id=request_id), connect_timeout_s)
+
+    def _send(self, pool: str, message: KvPoolResize, connect_timeout_s: float | None) -> None:
+        timeout_s = self.connect_timeout_s if connect_timeout_s is None else connect_timeout_s
+        frames = [pool.encode(), *wire.encode(message)]
+        deadline = time.monotonic() + timeout_s
+        pause = 0.001
+        while True:
+            try:
+                self._socket.send_multipart(frames)
+                return
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise KvPoolError(f"pool {pool!r}: the request could not be sent on {self.endpoint}: "
+                                      f"{exc}") from None
+            # No route to the identity yet: the first frame was refused, so nothing was queued and
+            # sending again is safe. The route appears when the agent's handshake completes.
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KvPoolError(self._not_connected(pool, timeout_s))
+            time.sleep(min(pause, remaining))
+            pause = min(2 * pause, 0.05)
+
+    def _not_connected(self, pool: str, timeout_s: float) -> str:
+        agent = ("its agent, which reported stats before, has disconnected (it stopped, or its process "
+                 "died) and has not connected again" if pool in self.latest else "its agent has not connected")
+        return (f"pool {pool!r} is not connected to {self.endpoint}: {agent} within {timeout_s:g} s "
+                f"(KvPoolController connect_timeout_s); a pool's PoolControlAgent or PoolAgentProcess "
+                f"connects to this endpoint with identity {pool!r}")
 
     def close(self) -> None:
         self._socket.close(linger=0)

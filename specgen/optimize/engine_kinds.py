@@ -8,7 +8,8 @@ in whatever cluster): an unknown field, a missing required one or a wrong type i
 names it, and `--llm` offers what is registered. `build_engine` turns the spec into the engine.
 
 Adding an engine is a module with its spec struct and its builder and one `register_engine(...)`
-line (docs/engines.md, "Adding an engine"): `build(spec, problem_name)` gets the spec, decoded.
+line (docs/engines.md, "Adding an engine"): `build(spec, problem_name)` gets the spec, decoded. A
+module outside specgen is a plug-in, named to every process by `runtime/plugins.py`.
 """
 from __future__ import annotations
 
@@ -91,7 +92,11 @@ def engine_spec(raw: Any, where: str = "options['engine']") -> EngineSpec:
         raise UsageError(f"{where} must be a mapping, got {type(raw).__name__}")
     raw = {"llm": "replay", **raw}
     if raw["llm"] not in ENGINES:
-        raise UsageError(f"{where}['llm'] must be one of {', '.join(ENGINES)}, got {raw['llm']!r}")
+        from specgen.runtime.plugins import unknown_name_hint
+
+        # In a job's reasoner the likeliest cause is a plug-in's engine this process never loaded.
+        raise UsageError(f"{where}['llm'] must be one of {', '.join(ENGINES)}, got {raw['llm']!r} "
+                         f"({unknown_name_hint()})")
     missing = sorted(ENGINES[raw["llm"]].required - {k for k, v in raw.items() if v is not None})
     if missing:   # all of them at once (the decoder names the first only)
         raise UsageError(f"{where} for {raw['llm']} needs {', '.join(missing)}")

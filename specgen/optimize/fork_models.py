@@ -20,7 +20,7 @@ docs/optimize.md, "Adding a fork model"). Everything that offers a fork model (`
 --fork-model`, `specgen optimize --fork-model`, the simulator's scripted turns, the virtual
 clock) reads this registry. A writer that reads only the trace implements `program_at`, which
 lets the virtual clock script it; one that needs a live engine (`needs_engine`) runs on the wall
-clock only.
+clock only. A module outside specgen is a plug-in, named to every process by `runtime/plugins.py`.
 """
 from __future__ import annotations
 
@@ -158,7 +158,9 @@ def fork_writer(name: str, engine: Engine | None = None, **options: Any):
     """The writer for `--fork-model NAME` (one that needs an engine gets `engine`)."""
     model = FORK_MODELS.get(name)
     if model is None:
-        raise ValueError(f"unknown fork model {name!r}: one of {', '.join(FORK_MODELS)}")
+        from specgen.runtime.plugins import unknown_name_hint
+
+        raise ValueError(f"unknown fork model {name!r}: one of {', '.join(FORK_MODELS)} ({unknown_name_hint()})")
     if model.needs_engine:
         if engine is None:
             raise ValueError(f"fork model {name!r} needs a live engine (--llm vllm|openai)")

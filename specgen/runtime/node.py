@@ -50,6 +50,7 @@ from specgen.runtime.auth import (
     require_keys_for,
 )
 from specgen.runtime.child_process import ChildProcess, die_with_parent, log_tail, on_signals, take_secrets
+from specgen.runtime.plugins import load_plugins
 from specgen.runtime.settings import SETTINGS_ENV, RuntimeSettings
 from specgen.runtime.transport import PeerConnection, SocketReader
 from specgen.runtime.worker import CONFIG_ENV, WorkerConfig, in_flight
@@ -362,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     try:
+        load_plugins()    # after the secrets left the environment: a plug-in's code never sees them
         from specgen.runtime.settings import settings_from_env
 
         settings = settings_from_env().with_overrides(args.set)

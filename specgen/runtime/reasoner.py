@@ -41,6 +41,7 @@ from specgen.runtime.auth import client_keys_from_env, client_keys_from_text, pr
 from specgen.runtime.child_process import die_with_parent, take_secrets
 from specgen.runtime.client import Client
 from specgen.runtime.engine_sources import Redactor, resolve
+from specgen.runtime.plugins import load_plugins
 from specgen.runtime.scheduler_backend import SchedulerEvaluationBackend
 from specgen.runtime.settings import settings_from_env
 
@@ -147,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     secrets = take_secrets()
     keys = client_keys_from_text(secrets.get("curve")) or client_keys_from_env(pop=True)
     present_credential("reasoner", args.job_id, secrets.get("credential", ""))
+    # After the secrets were taken (a plug-in's code never sees them), before the job's spec is
+    # fetched: its engine and fork model may be a plug-in's.
+    load_plugins()
     client = Client(args.scheduler, keys=keys, settings=settings_from_env(),
                     role="reasoner", name=args.job_id)
     try:

@@ -45,6 +45,7 @@ from specgen.runtime.child_process import (
     ChildProcess, die_with_parent, log_tail, on_signals, parent_alive, take_secrets,
 )
 from specgen.runtime.journal import Journal
+from specgen.runtime.plugins import load_plugins
 from specgen.runtime.private_files import make_private_dir, write_private
 from specgen.runtime.scheduler_core import SchedulerCore
 from specgen.runtime.scheduler_metrics import SchedulerMetrics
@@ -465,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        take_secrets()    # first, so that a plug-in's code never reads the secrets pipe
+        load_plugins()
         return serve(args)
     except UsageError as exc:
         print(f"specgen serve: error: {exc}", file=sys.stderr)

@@ -46,6 +46,7 @@ from specgen.runtime.auth import (
     ClientKeys, client_keys_from_env, client_keys_from_text, present_credential,
 )
 from specgen.runtime.child_process import die_with_parent, on_signals, parent_alive, take_secrets
+from specgen.runtime.plugins import load_plugins
 from specgen.runtime.settings import RuntimeSettings, settings_from_env
 from specgen.runtime.transport import PeerConnection
 
@@ -269,6 +270,7 @@ def main() -> int:
     env_keys = client_keys_from_env(pop=True)   # never left in the environment the runners get
     keys = client_keys_from_text(secrets.get("curve")) or env_keys
     present_credential("worker", config.name, secrets.get("credential", ""))
+    load_plugins()    # after the secrets left the environment: a plug-in's code never sees them
     settings = settings_from_env()
     actor = WorkerActor(config, settings, keys)
     on_signals(actor.request_stop)   # SIGTERM also comes when the node dies (PR_SET_PDEATHSIG)

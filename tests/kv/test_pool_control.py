@@ -3,6 +3,7 @@ sockets: it reports where it lives and how big it is, and obeys resize requests 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -90,3 +91,69 @@ def test_an_agent_needs_an_identity() -> None:
     pool = RemoteKvPool(layout, devices=[-1], segment_bytes=layout.slot_bytes, max_bytes=layout.slot_bytes)
     with pytest.raises(KvPoolError, match="identity"):
         PoolControlAgent(pool, "tcp://127.0.0.1:1")
+
+
+def test_a_resize_sent_before_the_agent_connected_waits_for_it_and_lands() -> None:
+    """The resize is sent before the pool's agent exists at all (it connects 0.3 s later): the
+    controller waits for the agent's connection instead of failing with no route to it."""
+    controller = KvPoolController("tcp://127.0.0.1:*", connect_timeout_s=10)
+    pool = _host_pool()
+    pool.grow()
+    seg = pool.segment_bytes
+    agents: list[PoolControlAgent] = []
+    late = threading.Timer(0.3, lambda: agents.append(PoolControlAgent(pool, controller.endpoint)))
+    late.start()
+    try:
+        started = time.monotonic()
+        controller.resize("pool-a", 2 * seg, request_id="early")
+        assert time.monotonic() - started >= 0.25        # it waited for the agent, then went out
+        late.join()
+        _step_until(agents[0], 1)
+        assert [r.request_id for r, _ in agents[0].applied] == ["early"] and pool.capacity_bytes == 2 * seg
+    finally:
+        late.cancel()
+        late.join()
+        for agent in agents:
+            agent.close()
+        controller.close()
+        pool.close()
+
+
+def test_a_resize_for_a_pool_whose_agent_never_connects_fails_naming_it() -> None:
+    controller = KvPoolController("tcp://127.0.0.1:*", connect_timeout_s=0.2)
+    try:
+        started = time.monotonic()
+        with pytest.raises(KvPoolError) as raised:
+            controller.resize("pool-z", 0)
+        assert 0.2 <= time.monotonic() - started < 3
+        message = str(raised.value)
+        assert message.startswith("pool 'pool-z' is not connected to tcp://127.0.0.1:")
+        assert "its agent has not connected within 0.2 s (KvPoolController connect_timeout_s)" in message
+        assert "unreachable" not in message.lower()
+        with pytest.raises(KvPoolError, match="within 0.05 s"):     # one request's own bound
+            controller.resize("pool-z", 0, connect_timeout_s=0.05)
+    finally:
+        controller.close()
+
+
+def test_a_resize_for_a_pool_whose_agent_left_says_it_disconnected() -> None:
+    controller = KvPoolController("tcp://127.0.0.1:*", connect_timeout_s=0.2)
+    pool = _host_pool()
+    agent = PoolControlAgent(pool, controller.endpoint)
+    try:
+        agent.step()
+        controller.wait_for("pool-a", lambda s: True, timeout_s=5)
+        agent.close()
+        deadline = time.monotonic() + 5
+        while True:     # the ROUTER drops the route once it sees the connection close
+            try:
+                controller.resize("pool-a", None, connect_timeout_s=0)
+            except KvPoolError as exc:
+                assert "which reported stats before, has disconnected" in str(exc)
+                break
+            assert time.monotonic() < deadline, "the controller still routes to a closed agent"
+            time.sleep(0.02)
+    finally:
+        agent.close()
+        controller.close()
+        pool.close()
