@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,10 @@ class BenchConfig:
     fork_engine: dict[str, str] | None = None  # that engine's description (--llm, --model, ...)
     label: str = ""
     cache_dir: Path | None = None            # evaluation cache shared by every mode's cluster
-    prebuild: bool = True                    # build the traces' extensions before the timed run
+    # False (the default): every mode's run starts with none of the traces' extensions built and
+    # waits for each build where a live run would, on both clocks. True: all are built before the
+    # timed run and no mode's times hold a build.
+    prebuild: bool = False
 
     def check(self) -> None:
         from specgen.errors import UsageError
@@ -95,33 +99,55 @@ def programs_in(trace: Trace) -> list[str]:
     return list(found)
 
 
-def prebuild(config: BenchConfig) -> int:
+def build_products(cache_dir: Path) -> Path:
+    """Where the evaluation service keeps its finished extension builds under a cache folder."""
+    return cache_dir / "ext"
+
+
+def forget_builds(config: BenchConfig) -> None:
+    """Remove the finished builds from the shared cache, so that the next run pays its builds as a
+    user's first run does. The reference timings, Triton's cache and the machine's precompiled
+    headers (eval/pch.py: made once per machine, not per run) stay."""
+    if config.cache_dir is None or not build_products(config.cache_dir).is_dir():
+        return
+    for entry in build_products(config.cache_dir).iterdir():
+        if entry.name == "pch":
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def prebuild(config: BenchConfig) -> dict[tuple[str, str], float]:
     """Build every extension the traces' programs need into the shared cache, two at a time, so
     that no mode pays a build another mode ran first (builds are cached per program source).
-    Programs a fork model writes afresh (`model`) are built when they come, in every mode alike."""
+    Programs a fork model writes afresh (`model`) are built when they come, in every mode alike.
+    Returns each built program's build seconds by (problem, program fingerprint): on a cold
+    cache, what the program's first evaluation in a live run waits for (a failed build too)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from specgen.errors import UsageError
     from specgen.eval.evaluator import EvalWorker
     from specgen.eval.loader import candidate_from_text
     from specgen.eval.options import EvalOptions
+    from specgen.messages import CandidateSubmission
+    from specgen.simulate.model import base_problem, program_key
 
     assert config.cache_dir is not None
-    from specgen.messages import CandidateSubmission
-
-    needing = []
+    needing: list[tuple[tuple[str, str], CandidateSubmission]] = []
     for problem in config.problems:
         for source in set(programs_in(problem.trace)):
             try:
                 if candidate_from_text(source).needs_build:
                     # With its problem: builds in __init__ and the first forward are made now too.
-                    needing.append(CandidateSubmission(
+                    needing.append(((base_problem(problem.name), program_key(source)), CandidateSubmission(
                         job_id="prebuild", candidate_id="", problem_name=problem.problem,
-                        problem_source=problem.source, candidate_source=source))
+                        problem_source=problem.source, candidate_source=source)))
             except UsageError:
                 continue
     if not needing:
-        return 0
+        return {}
     # On the first evaluation device: a GPU worker builds for its own architecture.
     worker = EvalWorker(config.devices[0], config.cache_dir.parent / "prebuild", spare_processes=0,
                         options=EvalOptions(**config.eval_options))
@@ -129,10 +155,10 @@ def prebuild(config: BenchConfig) -> int:
     try:
         # Builds are compiler processes: one per core (at least 2), as many as there is work for.
         with ThreadPoolExecutor(max_workers=min(len(needing), max(2, os.cpu_count() or 2))) as pool:
-            list(pool.map(worker.build, needing))
+            results = list(pool.map(lambda item: worker.build(item[1]), needing))
     finally:
         worker.close()
-    return len(needing)
+    return {key: round(result.seconds, 4) for (key, _), result in zip(needing, results)}
 
 
 def describe(config: BenchConfig) -> dict[str, Any]:

@@ -10,8 +10,10 @@ previous turn's verdict: a replayed trace's next turn was written after that ver
 hands pipeline for free what a live run would have to wait for.
 
 No ratio is reported when fewer than half of the answers (the reasoning's final kernels, over all
-modes) could be judged on this machine (built, run and compared): CUDA candidates on a CPU host,
-say. Every answer and speculative candidate not judged is counted by reason.
+modes) could be judged on this machine. A candidate is judged when its verdict says right or wrong;
+a build or load failure on the host that should run it is wrong, like any compile error (both
+clocks decide it with `not_judged_reason`, from the verdict's fields). Every answer and speculative
+candidate not judged is counted by reason, in both clocks' reports.
 
 True utilization is worker-seconds spent on evaluation (the union of each worker's own busy
 intervals: building, validating, profiling) over worker-seconds available, over a batch's span
@@ -49,20 +51,68 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _outcome(record: CandidateRecord) -> tuple[bool, str]:
-    """(whether the candidate was judged on its outputs here, why not): a kernel that ran and was
-    found correct, wrong or flagged was judged; one that did not build or load (CUDA on a CPU
-    host, say), timed out, or was cancelled or lost before its verdict was not."""
+# Why a verdict with a code did not judge its candidate (`Verdict.code`, messages/evaluation.py),
+# in words for the report's counts. `candidate_source` and `candidate` are not here: those are
+# verdicts on the candidate itself (see `not_judged_reason`).
+_CODE_REASONS = {
+    "cancelled": "cancelled before its verdict",
+    "timeout": "ran past its time limit",
+    "reference": "the problem's reference failed here",
+    "problem": "the problem's source was refused",
+    "build": "its build did not finish (the build runner died or ran out of time)",
+    "refused": "refused: this host cannot sandbox candidates",
+    "no_runner": "no runner could be started for it",
+}
+
+
+def on_accelerator(device: str) -> bool:
+    """Whether a verdict ran on a GPU: a host that has the device a kernel is written for."""
+    return device.startswith("cuda")
+
+
+def not_judged_reason(compiled: bool, code: str, device: str) -> str:
+    """"" when a verdict judged its candidate (right or wrong), else why it did not, in words.
+
+    Decided from the verdict's fields, never from its error text:
+    - `code` "" and `compiled`: it built, loaded and ran; right, wrong or flagged, it is judged.
+    - `code` "" and not `compiled`: it failed to build or load. On a GPU (`device` cuda:N) that is a
+      compile or load error on the host the kernel is written for: the answer is wrong, judged.
+      On a CPU device it may be CUDA code this host cannot run at all, and no field of the
+      verdict tells that apart from a C++ compile error; so it counts as not judged, by that
+      reason. (A `code` for "needs a device this worker lacks", set by the evaluator, would let a
+      CPU host judge its own compile errors too.)
+    - `code` "candidate_source" (the text is no program of the problem: no ModelNew, a syntax
+      error, the wrong signature; a static check that runs nothing) and "candidate" (its run sent
+      what the judge could not handle): verdicts on the candidate, wrong on any host.
+    - any other `code`: the run was cancelled, timed out, or never started for the host's or the
+      problem's reason; not judged.
+    """
+    if code in ("candidate_source", "candidate"):
+        return ""
+    if code:
+        return _CODE_REASONS.get(code, code)
+    if compiled or on_accelerator(device):
+        return ""
+    return f"did not build or load on {device} (no GPU here: CUDA code cannot be judged on it)"
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0][:REASON_CHARS] if lines else ""
+
+
+def _outcome(record: CandidateRecord) -> tuple[bool, str, str]:
+    """(whether the candidate was judged here, why not, the first line of its error): a correct
+    one was; one cancelled or lost before its verdict was not; else its verdict's fields decide
+    (`not_judged_reason`)."""
     final = record.profile or record.validation
-    if record.status in ("correct", "incorrect"):
-        return True, ""
+    if record.status == "correct":
+        return True, "", ""
     if final is None or final.cancelled or record.status in ("cancelled", "lost", "pending"):
-        return False, record.status if record.status != "failed" else "no verdict"
+        return False, record.status if record.status != "failed" else "no verdict", ""
     verdict = final.verdict
-    if verdict.compiled and verdict.flags and not verdict.error:
-        return True, ""
-    text = (verdict.error or "; ".join(verdict.flags) or record.status).strip()
-    return False, text.splitlines()[0][:REASON_CHARS] if text else record.status
+    why = not_judged_reason(verdict.compiled, verdict.code, verdict.device)
+    return not why, why, _first_line(verdict.error or "; ".join(verdict.flags))
 
 
 def _turns_without_verdict(job: BenchJobRecord) -> int:
@@ -103,8 +153,17 @@ def job_figures(job: BenchJobRecord, run_best: float | None) -> dict[str, Any]:
 
 
 def _no_evidence() -> dict[str, Any]:
+    # not_judged: count per "answer: reason" / "speculative: reason"; not_judged_examples: the
+    # first error line seen for each of those keys, so a count can be traced to a message.
     return {"answers": 0, "answers_judged": 0, "speculative": 0, "speculative_judged": 0,
-            "not_judged": {}}
+            "not_judged": {}, "not_judged_examples": {}}
+
+
+def count_not_judged(out: dict[str, Any], key: str, example: str) -> None:
+    """One more candidate not judged for `key`; its error line kept if it is the first."""
+    out["not_judged"][key] = out["not_judged"].get(key, 0) + 1
+    if example and key not in out["not_judged_examples"]:
+        out["not_judged_examples"][key] = example
 
 
 def _evidence(candidates: list[CandidateRecord]) -> dict[str, Any]:
@@ -115,12 +174,11 @@ def _evidence(candidates: list[CandidateRecord]) -> dict[str, Any]:
         if c.duplicate_of is not None:
             continue
         kind = "answers" if c.origin == "final" else "speculative"
-        judged, why = _outcome(c)
+        judged, why, example = _outcome(c)
         out[kind] += 1
         out[f"{kind}_judged"] += judged
         if not judged:
-            key = f"{'answer' if kind == 'answers' else 'speculative'}: {why}"
-            out["not_judged"][key] = out["not_judged"].get(key, 0) + 1
+            count_not_judged(out, f"{'answer' if kind == 'answers' else 'speculative'}: {why}", example)
     return out
 
 
@@ -279,6 +337,8 @@ def _pooled_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] += row.get(key, 0)
         for why, count in row.get("not_judged", {}).items():
             out["not_judged"][why] = out["not_judged"].get(why, 0) + count
+        for why, example in row.get("not_judged_examples", {}).items():
+            out["not_judged_examples"].setdefault(why, example)
     return out
 
 
@@ -295,16 +355,69 @@ def write_results(run: BenchRun, summary: dict[str, Any], out: Path) -> Path:
     return path
 
 
+# The smallest saving of a ceiling (a share of sequential time) a share of it is printed against.
+# A share divides the measured saving by the ceiling's: below 2% of sequential time, a wobble of
+# 1% in the measured ratio (less than one run's interval over problems) moves the share by half
+# of the ceiling's saving or more, and a ceiling of 0.998 turns a 1% saving into "500%". Below it
+# both savings are printed as they are, and no share.
+MIN_CEILING_SAVING = 0.02
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def saving_against_ceiling(measured: float, bound: float) -> str:
+    """What specgen saved against sequential beside what a ceiling saves, both as shares of
+    sequential time (the unit of both: the ratio is a geometric mean over problems, the ceiling
+    pooled over tokens, so seconds of either would be no job's), and the share of the ceiling's
+    saving achieved only where it means something: the ceiling saves at least
+    MIN_CEILING_SAVING and specgen saved between nothing and all of it. Otherwise the line says
+    which case it is instead of printing a share below 0% or above 100%."""
+    saved, ceiling_saves = 1.0 - measured, 1.0 - bound
+    if ceiling_saves <= 0:
+        ceiling_text = "the ceiling saves nothing"
+    else:
+        ceiling_text = f"the ceiling saves {_pct(ceiling_saves)}"
+    if saved <= 0:
+        slower = "" if saved == 0 else f" (it took {_pct(-saved)} longer)"
+        return f"specgen saved nothing against sequential{slower}; {ceiling_text}: no share of it"
+    if ceiling_saves <= 0:
+        return f"specgen saved {_pct(saved)} of sequential time; {ceiling_text}: no share of it"
+    if ceiling_saves < MIN_CEILING_SAVING:
+        return (f"specgen saved {_pct(saved)} of sequential time; {ceiling_text}, too little for a "
+                "share of it to mean anything")
+    if saved > ceiling_saves:
+        return (f"specgen saved {_pct(saved)} of sequential time, more than this ceiling's "
+                f"{_pct(ceiling_saves)} (a ceiling counts only the reasoning it stops, not verdicts "
+                "that came sooner or other stops): no share of it")
+    share = share_of_saving(measured, bound)
+    return (f"specgen saved {_pct(saved)} of sequential time, {ceiling_text}: "
+            f"{share:.0%} of its saving achieved")
+
+
 def ceiling_lines(measured: float | None, draft: float, named: float) -> list[str]:
-    """specgen / sequential end to end next to each ceiling, with the share of its saving achieved
-    (nothing without a measured ratio)."""
+    """specgen / sequential end to end next to each ceiling, with what each saves and the share of
+    its saving achieved where that is meaningful (nothing without a measured ratio)."""
     if measured is None:
         return []
-    lines = []
-    for bound, label in ((draft, "draft ceiling"), (named, "named ceiling")):
-        share = share_of_saving(measured, bound)
-        lines.append(f"specgen / sequential end to end {measured:.3f} against the {label} {bound:.3f}: "
-                     + ("no saving to share" if share is None else f"{share:.0%} of its saving achieved"))
+    return [f"specgen / sequential end to end {measured:.3f} against the {label} {bound:.3f}: "
+            + saving_against_ceiling(measured, bound)
+            for bound, label in ((draft, "draft ceiling"), (named, "named ceiling"))]
+
+
+def not_judged_lines(evidence: dict[str, Any], over: str) -> list[str]:
+    """The candidates not judged here, counted by reason, most first, each with an example error."""
+    reasons = sorted(evidence.get("not_judged", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    if not reasons:
+        return []
+    examples = evidence.get("not_judged_examples", {})
+    lines = ["", f"not judged ({over}), by reason:"]
+    for why, count in reasons[:10]:
+        example = examples.get(why)
+        lines.append(f"- {count} x {why}" + (f" (e.g. {example})" if example else ""))
+    if len(reasons) > 10:
+        lines.append(f"- {sum(c for _, c in reasons[10:])} more, for {len(reasons) - 10} other reason(s)")
     return lines
 
 
@@ -357,10 +470,7 @@ def table(summary: dict[str, Any]) -> str:
     for mode, m in summary["per_mode"].items():
         lines.append(f"| {mode} | {m['answers_judged']} of {m['answers']} | "
                      f"{m['speculative_judged']} of {m['speculative']} |")
-    reasons = sorted(summary["evidence"]["not_judged"].items(), key=lambda kv: -kv[1])
-    if reasons:
-        lines += ["", "not judged (all modes), by reason:"]
-        lines += [f"- {count} x {why}" for why, count in reasons[:10]]
+    lines += not_judged_lines(summary["evidence"], "all modes")
     if summary.get("no_headline"):
         lines += ["", summary["no_headline"]]
         return "\n".join(lines)

@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from specgen.bench.ceiling import ceiling, pooled
-from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild, programs_in
-from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean_ci, margin_text
+from specgen.bench.config import (BenchConfig, describe, forget_builds, hardware_label, prebuild,
+                                  programs_in)
+from specgen.bench.report import (BASELINES, ceiling_lines, count_not_judged, devices_text, geomean_ci,
+                                  margin_text, not_judged_lines, not_judged_reason)
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem
@@ -53,10 +55,20 @@ def _programs(problems: list[BenchProblem]) -> list[tuple[BenchProblem, str, boo
     return list(found.values())
 
 
-def _judged(verdict: Verdict) -> bool:
-    """Judged on its outputs here: it built and ran (right, wrong or flagged); one that could not
-    build or load on this machine (CUDA on a CPU host, say) or timed out was not."""
-    return bool(verdict.compiled) and verdict.code != "timeout"
+def _not_judged(verdict: Verdict) -> str:
+    """"" when the verdict judged the program here (right, wrong or flagged; a build error on the
+    GPU it is written for is wrong), else why not: the wall clock's rule (report.py,
+    `not_judged_reason`), from the verdict's fields."""
+    return not_judged_reason(bool(verdict.compiled), verdict.code, verdict.device)
+
+
+# Rows measured before each row recorded why it was not judged (`--measured` of an older run)
+# keep their `judged` as measured then, under this reason.
+_UNRECORDED = "not judged (the measurement recorded no reason)"
+
+
+def _row_reason(row: dict[str, Any]) -> str:
+    return "" if row["judged"] else (row.get("not_judged") or _UNRECORDED)
 
 
 def load_measured(path: Path, config: BenchConfig) -> list[dict[str, Any]]:
@@ -103,8 +115,11 @@ def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str
     assert config.cache_dir is not None
     options = {**config.eval_options, "cache_dir": str(config.cache_dir)}
     config.eval_options = options
-    if config.prebuild:
-        prebuild(config)
+    # Every build is made first, timed on a cold cache; the simulator adds a program's build to its
+    # first evaluation in each mode's run (what a live run waits for), unless the builds were asked
+    # for ahead of the run (`prebuild`: then no mode's times hold one).
+    forget_builds(config)
+    built = prebuild(config)
     programs = _programs(config.problems)
     devices = list(dict.fromkeys(config.devices))
     work = config.cache_dir.parent / "measured"
@@ -131,11 +146,15 @@ def measure(config: BenchConfig, say=print) -> tuple[ServiceTimes, list[dict[str
                                           candidate_source=source, origin="final" if is_final else "inline")
                 row: dict[str, Any] = {"problem": base_problem(problem.name), "program": program_key(source),
                                        "final": is_final, "device": device, "hardware": hardware}
+                if not config.prebuild and (row["problem"], row["program"]) in built:
+                    row["build_s"] = built[(row["problem"], row["program"])]
                 start = time.monotonic()
                 validated = worker.run(sub, "validate")
                 row["validate_s"] = time.monotonic() - start
                 row["validate_stages"] = dict(validated.stage_seconds)
-                row["judged"] = _judged(validated)
+                row["not_judged"] = _not_judged(validated)
+                row["judged"] = not row["not_judged"]
+                row["compiled"], row["code"] = bool(validated.compiled), validated.code
                 row["correct"] = bool(validated.correct)
                 row["error"] = (validated.error or "; ".join(validated.flags))[:200]
                 if validated.correct:
@@ -245,6 +264,16 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
     both ceilings; no ratio when fewer than half of the answers could be judged here."""
     answers = [r for r in rows if r["final"]]
     judged = sum(r["judged"] for r in answers)
+    # Per measured program (every mode ran on the same ones): drafts judged, and why the answers
+    # and drafts not judged were not, as the wall clock's report counts them per mode.
+    evidence: dict[str, Any] = {"not_judged": {}, "not_judged_examples": {}}
+    for r in rows:
+        why = _row_reason(r)
+        if why:
+            example = (r.get("error") or "").strip().splitlines()
+            count_not_judged(evidence, f"{'answer' if r['final'] else 'draft'}: {why}",
+                             example[0][:100] if example else "")
+    drafts = [r for r in rows if not r["final"]]
     no_headline = None
     if not answers or 2 * judged < len(answers):
         no_headline = (f"only {judged} of {len(answers)} answers could be judged on this machine: "
@@ -290,6 +319,9 @@ def summarize(config: BenchConfig, rows: list[dict[str, Any]], modes: dict[str, 
             "per_mode": per_mode,
             "ratios": ratios, "no_headline": no_headline,
             "answers": len(answers), "answers_judged": judged, "programs": len(rows),
+            "drafts": len(drafts), "drafts_judged": sum(r["judged"] for r in drafts),
+            "not_judged": evidence["not_judged"],
+            "not_judged_examples": evidence["not_judged_examples"],
             "measured_s": sum(r.get("validate_s", 0.0) + r.get("profile_s", 0.0) for r in rows)}
 
 
@@ -316,7 +348,10 @@ def table(summary: dict[str, Any]) -> str:
                      f"{m['problems_with_a_correct_kernel']} of {m['jobs']} | "
                      f"{fmt(m['best_speedup_geomean'], '.3f')} | {fmt(m['feedback_p50_s'])} | "
                      f"{fmt(m.get('answer_feedback_p50_s'))} | {fmt(m['utilization'], '.0%')} |")
-    lines += ["", f"answers judged here: {summary['answers_judged']} of {summary['answers']}"]
+    lines += ["", f"answers judged here: {summary['answers_judged']} of {summary['answers']}; drafts "
+                  f"judged here (programs only the reasoning wrote): {summary.get('drafts_judged', 0)} "
+                  f"of {summary.get('drafts', 0)}"]
+    lines += not_judged_lines(summary, "measured programs, every mode alike")
     if summary["no_headline"]:
         lines.append(summary["no_headline"])
         return "\n".join(lines)

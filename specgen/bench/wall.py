@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from specgen.bench.ceiling import ceiling, pooled
-from specgen.bench.config import BenchConfig, describe, hardware_label, prebuild
+from specgen.bench.config import BenchConfig, describe, forget_builds, hardware_label, prebuild
 from specgen.messages import OptimizeResult, OptimizeSpec
 from specgen.optimize import prompts
 from specgen.optimize.bench_problems import BenchProblem
@@ -147,6 +147,10 @@ async def run_bench(config: BenchConfig,
     for index, batch in enumerate(batches):
         shift = index % len(config.modes)
         for mode in config.modes[shift:] + config.modes[:shift]:
+            if not config.prebuild:
+                # Each mode's batch waits for its own builds, as a live run does; none inherits
+                # what the mode before it built.
+                await asyncio.to_thread(forget_builds, config)
             # One local cluster per mode's batch, its journal in a temporary folder gone after.
             settings = cluster_settings(mode == "specgen", config.eval_options, config.runtime_settings)
             async with connect("local", devices=config.devices, settings=settings) as cluster:

@@ -59,8 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--margin", type=float, default=0.1,
                    help="a kernel beating the ones before it by this fraction ends its turn, as in "
                         "optimize (default 0.1)")
-    p.add_argument("--no-prebuild", action="store_true",
-                   help="do not build the traces' extensions before the timed run")
+    p.add_argument("--builds-ahead", action="store_true",
+                   help="build the traces' extensions before the timed run, leaving build time out "
+                        "of every mode's times (default: each mode's run waits for its builds, as "
+                        "a live run does)")
     p.add_argument("--fork-max-tokens", type=int, default=2048,
                    help="longest fork a live engine writes (--fork-model model; default 2048)")
     p.add_argument("--kv-pool-effect", action="store_true",
@@ -148,7 +150,7 @@ def bench_main(args: argparse.Namespace) -> int:
                        prefix_cache=not args.no_prefix_cache, time_budget_s=args.time_budget,
                        improvement_margin=args.margin,
                        label="main", cache_dir=args.out.resolve() / "eval-cache",
-                       prebuild=not args.no_prebuild, fork_max_tokens=args.fork_max_tokens,
+                       prebuild=args.builds_ahead, fork_max_tokens=args.fork_max_tokens,
                        fork_engine=_engine_settings(args))
     if args.eval_timeout is not None:
         base.eval_options = {**base.eval_options, "timeout_s": args.eval_timeout}

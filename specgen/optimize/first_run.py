@@ -7,8 +7,10 @@ at the decode rate of one running sequence), plus the measured validate + profil
 of that iteration's final answer. The answer's service time is the run's own measurement when the
 run evaluated it; when the run stopped the reasoning before the answer was written, the answer is
 evaluated once after the run (`measure_answers`) for that figure, or the figure is said to be
-unmeasured. Nothing here is estimated from the run itself: a run that did not stop early saved
-nothing, and the screen says so.
+unmeasured. Nothing here is estimated from the run itself: the saving is sequential's time less
+this run's, said as a person would say it (`saving_line`). A run that read its reasoning to the end
+can still end sooner than sequential (its answer's program was judged, built included, while the
+reasoning ran), and the line says that this is where the time came from.
 """
 from __future__ import annotations
 
@@ -219,6 +221,28 @@ def _share(part: int, whole: int) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
 
+def saving_line(fig: FirstRunFigures) -> str:
+    """The saving against sequential in plain words: the seconds one way or the other, then how
+    many times as fast this run was (sequential's time over this run's)."""
+    if fig.no_evidence is not None:
+        return "Saved: not claimed (nothing measured here backs a comparison)"
+    if fig.saving_s is None or fig.ratio is None:
+        return "Saved: unmeasured (no sequential figure)"
+    # Rounded as printed, so that a difference shown as 0.0 s is said to be none (and no "-0.0").
+    seconds = round(fig.saving_s, 1) + 0.0
+    times = f"{fig.ratio:.2f}x as fast"
+    if seconds < 0:
+        return f"Saved: nothing; this run took {-seconds:.1f} s longer than sequential ({times})"
+    if seconds == 0:
+        return f"Saved: nothing; this run took as long as sequential ({times})"
+    line = f"Saved: {seconds:.1f} s against sequential ({times})"
+    if fig.turn_tokens and not fig.stopped_early:
+        # Not by stopping the reasoning: the run's verdicts (its answer's, when a draft or fork
+        # had the same program) came while the reasoning still ran, where sequential waits for them.
+        line += "; the reasoning ran to the end, the time came from verdicts that were in sooner"
+    return line
+
+
 def render(fig: FirstRunFigures) -> list[str]:
     """The screen, as lines of plain text."""
     lines = []
@@ -259,17 +283,7 @@ def render(fig: FirstRunFigures) -> list[str]:
             lines.append(f"Sequential, same trace (virtual clock): {fig.sequential_s:.1f} s = "
                          f"{fig.generation_s:.1f} s reasoning and answer + {fig.service_s:.1f} s "
                          f"validate+profile of the answer ({hows})")
-    if fig.no_evidence is not None:
-        lines.append("Saved: not claimed (nothing measured here backs a comparison)")
-    elif fig.saving_s is not None and fig.ratio is not None:
-        if not fig.stopped_early or fig.saving_s <= 0:
-            delta = round(fig.run_s - fig.sequential_s, 1) + 0.0   # type: ignore[operator] # no "-0.0"
-            lines.append(f"Saved: nothing ({'it ran to the end' if not fig.stopped_early else 'no time'}; "
-                         f"this run took {delta:+.1f} s against sequential, {fig.ratio:.2f}x)")
-        else:
-            lines.append(f"Saved: {fig.saving_s:.1f} s, sequential / this run = {fig.ratio:.2f}x")
-    else:
-        lines.append("Saved: unmeasured (no sequential figure)")
+    lines.append(saving_line(fig))
     lines.append(f"Evaluations: {fig.validated} validated, {fig.profiled} profiled; "
                  f"{fig.validated_during} validated and {fig.profiled_during} profiled while the "
                  f"reasoning was still running")

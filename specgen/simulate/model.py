@@ -70,6 +70,9 @@ class ServiceTimes:
     # problem -> whether each profile evaluation first timed the reference (in a runner of its own,
     # then a second runner for the candidate); it does when the reference-timing cache misses.
     reference_runs: dict[str, list[bool]] = field(default_factory=dict)
+    # program fingerprint -> its extension build's seconds on a cold cache: a run's first
+    # evaluation of the program waits for it (the evaluation service builds inline, cached by source)
+    build_s: dict[str, float] = field(default_factory=dict)
     source: str = ""
 
     def pooled(self, stage: str) -> list[float]:
@@ -152,6 +155,8 @@ class ServiceTimes:
                 duration = max(0.0, float(row[f"{stage}_s"]) - wait)
                 per[stage].append(duration)
                 program.setdefault(stage, []).append(duration)
+            if row.get("build_s") is not None:
+                times.build_s[fp] = float(row["build_s"])
             times.verdicts.setdefault(fp, []).append(bool(row["correct"]))
             times.program_takes_runner.setdefault(fp, []).append(took)
             times.takes_runner.setdefault(problem, []).append(took)

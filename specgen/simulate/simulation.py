@@ -405,6 +405,7 @@ class Simulation:
         self.assignments: dict[bytes, tuple[AssignWork, float, Any]] = {}   # worker -> (work, started wall, timer)
         # worker -> when each of its spare runners is ready (virtual s), oldest first
         self.spares: dict[bytes, collections.deque[float]] = {}
+        self.built: set[str] = set()                      # programs whose build this run made
         self.runner_wait_s = 0.0      # of the busy worker-seconds: waiting for a runner to start
         # (worker, pool, start, end, completed: not cancelled)
         self.busy: list[tuple[str, str, float, float, bool]] = []
@@ -469,6 +470,10 @@ class Simulation:
         sub = work.submission
         program = program_key(sub.candidate_source)
         dt = self.service.sample(sub.problem_name, work.stage, self.eval_rng, program)
+        if program not in self.built:
+            # The first evaluation of a program builds it; later ones find it in the cache.
+            self.built.add(program)
+            dt += self.service.build_s.get(program, 0.0)
         # The worker's spare runners (setting spare_processes): each take gets the oldest, waits
         # for it if it is still starting, and starts its replacement, as EvalWorker does.
         take = self.clock.now()

@@ -30,6 +30,9 @@ def test_every_program_is_measured_once_and_every_mode_simulated_on_it(tmp_path:
     measured = [(r["problem"], r["program"]) for r in data["evaluations"]]
     assert sorted(measured) == sorted(expected) and len(set(measured)) == len(measured)
     assert all(r["validate_s"] > 0 and r["judged"] for r in data["evaluations"])
+    # Each C++ program's build was timed on a cold cache, apart from its evaluation.
+    built = [r for r in data["evaluations"] if "build_s" in r]
+    assert built and all(r["build_s"] > 0.5 for r in built)
     assert all(r.get("profile_s") for r in data["evaluations"] if r.get("speedup"))
     # Every simulated candidate was one of the measured programs; every job finished its turns.
     for mode, m in data["per_mode"].items():
@@ -112,6 +115,76 @@ def test_no_ratio_when_most_answers_could_not_be_judged_here() -> None:
     assert summary["ratios"] == {}
     text = table(summary)
     assert "no ratio is printed" in text and "specgen / sequential" not in text
+    # Rows measured before reasons were recorded keep their verdict, counted under that.
+    assert summary["not_judged"] == {"answer: not judged (the measurement recorded no reason)": 2}
+
+
+def _rows_from(verdicts: list[tuple[str, bool, "Verdict"]]) -> list[dict]:
+    """Measured rows as `measure` writes them, from (program, is an answer, validation verdict)."""
+    from specgen.bench.virtual import _not_judged
+
+    rows = []
+    for program, final, verdict in verdicts:
+        why = _not_judged(verdict)
+        rows.append({"problem": "softmax", "program": program, "final": final, "judged": not why,
+                     "not_judged": why, "correct": verdict.correct,
+                     "error": verdict.error or "", "device": verdict.device})
+    return rows
+
+
+def _summary(rows: list[dict]) -> dict:
+    from specgen.bench.config import BenchConfig
+    from specgen.bench.virtual import summarize
+
+    problems = generated_problems(1, 1, 3, ["softmax"], ("torch",))
+    config = BenchConfig(problems=problems, modes=["specgen", "sequential"])
+    jobs = {"specgen": 8.0, "sequential": 10.0}
+    modes = {m: {"jobs": [{"problem": problems[0].name, "end_to_end_s": jobs[m], "profiled": 1,
+                           "best_speedup": None, "unmeasured": 0}],
+                 "feedback_p50_s": None, "utilization": None} for m in config.modes}
+    return summarize(config, rows, modes)
+
+
+def test_a_compile_error_on_the_gpu_is_a_judged_answer_and_the_ratio_is_printed() -> None:
+    from specgen.bench.virtual import table
+    from specgen.messages import Verdict
+
+    gpu = dict(device="cuda:0", cpu_timing=False)
+    rows = _rows_from([
+        ("a", True, Verdict(compiled=False, error="extension a_ext failed to build: error: x", **gpu)),
+        ("b", True, Verdict(compiled=False, error="ImportError: undefined symbol", **gpu)),
+        ("c", True, Verdict(compiled=True, correct=True, **gpu)),
+        ("d", False, Verdict(compiled=True, code="timeout", error="ran past 300 s", **gpu)),
+    ])
+    summary = _summary(rows)
+    assert (summary["answers"], summary["answers_judged"]) == (3, 3)
+    assert (summary["drafts"], summary["drafts_judged"]) == (1, 0)
+    assert summary["no_headline"] is None
+    assert summary["ratios"]["vs_sequential"]["geomean"] == pytest.approx(0.8)
+    assert summary["not_judged"] == {"draft: ran past its time limit": 1}
+    text = table(summary)
+    assert "answers judged here: 3 of 3" in text and "specgen / sequential, end-to-end: 0.800" in text
+    assert "- 1 x draft: ran past its time limit (e.g. ran past 300 s)" in text
+
+
+def test_what_a_cpu_host_cannot_build_is_counted_by_reason_and_stops_the_ratio() -> None:
+    from specgen.bench.virtual import table
+    from specgen.messages import Verdict
+
+    rows = _rows_from([
+        ("a", True, Verdict(compiled=False, error="extension a_ext failed to build: nvcc not found")),
+        ("b", True, Verdict(compiled=False, error="extension b_ext failed to build: nvcc not found")),
+        ("c", True, Verdict(compiled=False, code="candidate_source", error="candidate: no ModelNew")),
+    ])
+    summary = _summary(rows)
+    assert (summary["answers"], summary["answers_judged"]) == (3, 1)     # the text is wrong anywhere
+    assert summary["no_headline"] and summary["ratios"] == {}
+    key = "answer: did not build or load on cpu (no GPU here: CUDA code cannot be judged on it)"
+    assert summary["not_judged"] == {key: 2}
+    text = table(summary)
+    assert f"- 2 x {key} (e.g. extension a_ext failed to build: nvcc not found)" in text
+    assert "not judged (measured programs, every mode alike), by reason:" in text
+    assert "no ratio is printed" in text
 
 
 def test_measured_programs_are_simulated_again_elsewhere(tmp_path: Path, capsys) -> None:
@@ -215,3 +288,26 @@ def test_an_answers_feedback_is_zero_when_a_draft_already_brought_it(tmp_path: P
     assert zeros["specgen"] > zeros["sequential"]
     report = (out / "report.md").read_text()
     assert "answers' feedback p50 s" in report
+
+
+def test_a_programs_build_is_waited_for_once_per_run(tmp_path: Path) -> None:
+    """The measured build seconds are added to a program's first evaluation in each mode's run:
+    with a long build every mode's jobs take longer, and by no more than their programs' builds."""
+    measured = Path(__file__).resolve().parents[2] / "tools" / "results" / "bench_virtual_h200.json"
+    data = json.loads(measured.read_text())
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({**data, "evaluations": [{**r, "build_s": 40.0} for r in data["evaluations"]]}))
+    runs = {}
+    for name, path in (("cached", measured), ("built", slow)):
+        out = tmp_path / name
+        assert main(["bench", "--clock", "virtual", "--generate", "2", "--turns", "1", "--concurrency", "2",
+                     "--seed", "1", "--devices", "cuda:0,cuda:0", "--modes", "specgen,sequential",
+                     "--measured", str(path), "--quiet", "--out", str(out)]) == 0
+        runs[name] = {(j["mode"], j["problem"]): j for j in json.loads((out / "results.json").read_text())["jobs"]}
+    assert runs["cached"].keys() == runs["built"].keys()
+    for key, job in runs["built"].items():
+        before = runs["cached"][key]["end_to_end_s"]
+        # An answer's build is on its job's path: no job gets faster, and at least one waits.
+        assert job["end_to_end_s"] >= before - 1e-6, key
+    assert sum(j["end_to_end_s"] for j in runs["built"].values()) > \
+        sum(j["end_to_end_s"] for j in runs["cached"].values()) + 39

@@ -52,6 +52,12 @@ def test_bench_runs_modes_side_by_side_and_reports(tmp_path: Path, capsys) -> No
     # Each evaluation names its program, so the simulator can take its measured verdicts.
     evaluations = [e for job in data["intervals"] for e in job["evaluations"]]
     assert evaluations and all(len(e["program"]) >= 16 for e in evaluations)
+    # Each mode waited for its own builds (none inherited the other mode's): a mode that evaluated a
+    # program with an extension built one.
+    for mode in ("specgen", "sequential"):
+        builds = [e["stage_seconds"]["build"] for job in data["intervals"] if job["mode"] == mode
+                  for e in job["evaluations"] if "build" in (e.get("stage_seconds") or {})]
+        assert not builds or max(builds) > 0.5, (mode, builds)
     ratio = data["ratios"]["end_to_end_s"]
     assert ratio["n"] == 2 and math.isfinite(ratio["geomean"])
     assert 0 < data["ceiling"] <= 1
@@ -209,11 +215,44 @@ def test_no_ratio_without_answers_judged_here() -> None:
     assert summary["ratios"] == {}
     text = table({**summary, "hardware": "cpu", "ceiling": 1.0})
     assert "no ratio is printed" in text and "best fair baseline" not in text
-    assert "2 x answer: extension softmax_ext failed to build: nvcc not found" in text
+    # Counted by the verdict's fields (a CPU device), with the first error line as an example.
+    assert ("2 x answer: did not build or load on cpu (no GPU here: CUDA code cannot be judged on "
+            "it) (e.g. extension softmax_ext failed to build: nvcc not found)") in text
     assert "reasoning at the timing model's real pace" in text
     assert "improvement margin none (no turn ends on an improvement)" in text
     from specgen.bench.report import devices_text
     assert devices_text(["cuda:0"] * 8 + ["cuda:1"]) == "8 on cuda:0, 1 on cuda:1"
+
+
+def test_a_compile_error_on_the_gpu_is_a_wrong_answer_and_the_ratio_is_printed() -> None:
+    """A build error where the kernel should run (a GPU) is the answer's verdict: judged, wrong,
+    counted in the evidence, and the ratio stands. A timeout or a cancellation is not judged, and
+    is counted by reason per mode."""
+    from specgen.bench.report import table
+
+    broken = Verdict(correct=False, compiled=False, device="cuda:0", cpu_timing=False,
+                     error="extension k_ext failed to build: error: expected ';'")
+    good = Verdict(correct=True, compiled=True, speedup=1.2, device="cuda:0", cpu_timing=False)
+    late = Verdict(correct=False, compiled=True, device="cuda:0", code="timeout", error="timed out")
+    run = BenchRun(config={"modes": ["specgen", "sequential"], "fork_model": "draft", "speed": 1.0,
+                           "concurrency": 1, "improvement_margin": 0.1},
+                   jobs=[_job("specgen", "p", 8.0,
+                              [_candidate("a0", 0, "final", "failed", broken, 4.0),
+                               _candidate("a1", 1, "final", "correct", good, 8.0),
+                               _candidate("f0", 0, "fork", "incorrect", late, 3.0)], [0.0, 4.0]),
+                         _job("sequential", "p", 10.0,
+                              [_candidate("a0", 0, "final", "failed", broken, 5.0),
+                               _candidate("a1", 1, "final", "correct", good, 10.0)], [0.0, 5.0])])
+    summary = summarize(run)
+    assert summary["evidence"]["answers"] == summary["evidence"]["answers_judged"] == 4
+    assert summary["no_headline"] is None
+    assert summary["ratios"]["end_to_end_s_vs_sequential"]["geomean"] == pytest.approx(0.8)
+    assert summary["per_mode"]["specgen"]["speculative_judged"] == 0
+    assert summary["evidence"]["not_judged"] == {"speculative: ran past its time limit": 1}
+    text = table({**summary, "hardware": "cuda", "ceiling": 1.0})
+    assert "| specgen | 2 of 2 | 0 of 1 |" in text and "| sequential | 2 of 2 | 0 of 0 |" in text
+    assert "- 1 x speculative: ran past its time limit (e.g. timed out)" in text
+    assert "specgen / sequential, end-to-end: 0.800" in text
 
 
 def test_repeats_report_an_interval_over_seeds(tmp_path: Path) -> None:

@@ -215,7 +215,8 @@ def test_a_run_that_stopped_early_shows_the_saving_against_sequential() -> None:
     assert "This run: 30.0 s" in screen
     assert f"{gen + 6.5:.1f} s = {gen:.1f} s reasoning and answer + 6.5 s" in screen
     assert "answer 1: measured after the run" in screen
-    assert f"Saved: {gen + 6.5 - 30.0:.1f} s, sequential / this run = {(gen + 6.5) / 30.0:.2f}x" in screen
+    assert (f"Saved: {gen + 6.5 - 30.0:.1f} s against sequential ({(gen + 6.5) / 30.0:.2f}x as fast)"
+            in screen.splitlines())
     assert "3 validated, 2 profiled; 3 validated and 1 profiled while the reasoning" in screen
 
 
@@ -234,7 +235,7 @@ def test_a_run_that_ran_to_the_end_saved_nothing_and_says_so() -> None:
     assert fig.saving_s == pytest.approx(-1.5)
     screen = "\n".join(first_run.render(fig))
     assert f"ran to the end ({total:,} tokens)" in screen
-    assert "Saved: nothing (it ran to the end" in screen
+    assert "Saved: nothing; this run took 1.5 s longer than sequential (" in screen
     assert (fig.validated, fig.profiled) == (4, 3)
 
 
@@ -272,3 +273,28 @@ def test_measuring_an_unwritten_answer_runs_it_for_real(tmp_path) -> None:
     times = first_run.measure_answers(programs, "softmax", problem.read_text(), "cpu",
                                       {"trials": 2, "timing_trials": 3})
     assert times[0] is not None and times[0] > 0
+
+
+def _saving(run_s: float, sequential_s: float, stopped_early: bool) -> str:
+    fig = first_run.FirstRunFigures(best_kernel=None, best_speedup=None, cpu_timing=True,
+                                    turn_tokens=1000, read_tokens=500 if stopped_early else 1000,
+                                    stopped_early=stopped_early, run_s=run_s, generation_s=None,
+                                    clock="virtual", sequential_run_s=sequential_s)
+    return first_run.saving_line(fig)
+
+
+def test_the_saving_line_reads_as_a_person_would_say_it() -> None:
+    # Stopped early and faster: the seconds saved, and how many times as fast.
+    assert _saving(30.0, 42.3, True) == "Saved: 12.3 s against sequential (1.41x as fast)"
+    # Slower: how much longer, never a negative saving.
+    assert _saving(351.3, 350.8, False) == ("Saved: nothing; this run took 0.5 s longer than "
+                                            "sequential (1.00x as fast)")
+    assert _saving(40.0, 38.0, True) == ("Saved: nothing; this run took 2.0 s longer than "
+                                         "sequential (0.95x as fast)")
+    # A difference that prints as 0.0 s is none (no "-0.0").
+    assert _saving(100.02, 100.0, False) == "Saved: nothing; this run took as long as sequential (1.00x as fast)"
+    # Faster with the reasoning read to the end: said where the time came from.
+    line = _saving(350.7, 380.3, False)
+    assert line.startswith("Saved: 29.6 s against sequential (1.08x as fast); the reasoning ran to "
+                           "the end")
+    assert "-" not in line
