@@ -18,6 +18,8 @@ A trace is one JSON file (format "specgen-trace", version 1) for one problem:
       },
       "vocab": ["Let", " me", ...],           # the piece vocabulary (specgen-pieces-v1 only)
       "iterations": [{
+        "record": {"id": "req-17", "file": "log.jsonl", "line": 12},  # optional (imported traces):
+                                                     # the input record of this turn (id when it had one)
         "messages": [{"role": "user", "content": "..."}],   # optional: the chat this answered
         "reasoning": {"chunks": [[t, [ids], "text"], ...]},  # t: seconds since the request began
         "final":     {"chunks": [...]},                      # from the think_end tag to the end
@@ -94,11 +96,21 @@ class ForkRecording:
 
 
 @dataclass
+class SourceRecord:
+    """Where an imported turn came from: the input file and line of its record, and the record's
+    own id (`custom_id`, `id`) when it had one, so a trace can be traced back to its record."""
+    file: str
+    line: int
+    id: str | None = None
+
+
+@dataclass
 class Iteration:
     reasoning: Segment
     final: Segment
     forks: list[ForkRecording] = field(default_factory=list)   # sorted by position
     messages: list[dict[str, str]] | None = None
+    record: SourceRecord | None = None    # imported traces: the input record this turn came from
 
     def fork_at(self, position: int) -> ForkRecording | None:
         """The recording at `position` or, if none, the nearest earlier one; None before the first."""
@@ -200,6 +212,11 @@ def _segment_json(segment: Segment) -> dict[str, Any]:
 
 def _iteration_json(iteration: Iteration) -> dict[str, Any]:
     data: dict[str, Any] = {}
+    # Optional: written only when known, so traces without it stay as they were.
+    if iteration.record is not None:
+        record = iteration.record
+        data["record"] = ({"id": record.id} if record.id is not None else {}) | {
+            "file": record.file, "line": record.line}
     if iteration.messages is not None:
         data["messages"] = [dict(message) for message in iteration.messages]
     data["reasoning"] = _segment_json(iteration.reasoning)
@@ -226,6 +243,8 @@ def _dump(data: dict[str, Any]) -> str:
     rendered_iterations = []
     for iteration in data["iterations"]:
         fields = []
+        if "record" in iteration:
+            fields.append('  "record": ' + json.dumps(iteration["record"], ensure_ascii=False))
         if "messages" in iteration:
             fields.append('  "messages": ' + json.dumps(iteration["messages"], ensure_ascii=False))
         fields.append('  "reasoning": ' + chunks_block(iteration["reasoning"], "  "))
@@ -344,7 +363,8 @@ class _TraceReader:
         )
 
     def read_iteration(self, value: Any, where: str) -> Iteration:
-        it = self.expect_dict(value, where, {"reasoning", "final", "forks"}, {"messages"})
+        it = self.expect_dict(value, where, {"reasoning", "final", "forks"}, {"messages", "record"})
+        record = self.read_record(it["record"], f"{where}.record") if "record" in it else None
         messages = None
         if "messages" in it:
             messages = self.expect(it["messages"], list, f"{where}.messages", "a list")
@@ -370,7 +390,16 @@ class _TraceReader:
             suffix_text = self.expect(fork.get("suffix_text", ""), str, f"{fork_where}.suffix_text", "a string")
             completion = self.read_segment(fork["completion"], f"{fork_where}.completion")
             forks.append(ForkRecording(position=position, completion=completion, suffix_text=suffix_text))
-        return Iteration(reasoning=reasoning, final=final, forks=forks, messages=messages)
+        return Iteration(reasoning=reasoning, final=final, forks=forks, messages=messages, record=record)
+
+    def read_record(self, value: Any, where: str) -> SourceRecord:
+        raw = self.expect_dict(value, where, {"file", "line"}, {"id"})
+        file = self.expect(raw["file"], str, f"{where}.file", "a string")
+        line = self.expect(raw["line"], int, f"{where}.line", "an integer")
+        if line < 1:
+            raise self.fail(f"{where}.line", f"must be >= 1, got {line}")
+        record_id = self.expect(raw["id"], str, f"{where}.id", "a string") if "id" in raw else None
+        return SourceRecord(file=file, line=line, id=record_id)
 
     def read_segment(self, value: Any, where: str) -> Segment:
         segment = self.expect_dict(value, where, {"chunks"})

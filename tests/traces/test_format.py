@@ -9,7 +9,7 @@ import pytest
 
 from specgen.engines.base import EngineError
 from specgen.errors import UsageError
-from specgen.traces.format import Trace, TraceBuilder, TraceFormatError
+from specgen.traces.format import SourceRecord, Trace, TraceBuilder, TraceFormatError
 
 REASONING = (
     "The reference applies ReLU elementwise. A first kernel: one program per block of 1024 elements. "
@@ -94,6 +94,19 @@ def test_builder_rejects_bad_input() -> None:
         TraceBuilder(token_rate=0, problem="p")
 
 
+def test_an_iterations_record_round_trips_and_traces_without_one_load_as_before(tmp_path: Path) -> None:
+    trace = _builder().build()
+    before = trace.save(tmp_path / "before.json").read_text()
+    assert '"record"' not in before                     # not written unless known
+    trace.iterations[0].record = SourceRecord("log.jsonl", 12, "req-17")
+    trace.iterations[1].record = SourceRecord("answer.txt", 1)
+    loaded = Trace.load(trace.save(tmp_path / "t.json"))
+    assert loaded.iterations[0].record == SourceRecord("log.jsonl", 12, "req-17")
+    assert loaded.iterations[1].record == SourceRecord("answer.txt", 1, None)
+    assert loaded.to_json()["iterations"][1]["record"] == {"file": "answer.txt", "line": 1}
+    assert Trace.load(tmp_path / "before.json").iterations[0].record is None
+
+
 Mutation = Callable[[dict], None]
 
 
@@ -135,6 +148,11 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     ("forks out of order", _set(["iterations", 0, "forks", 1, "position"], 1), "iterations[0].forks[1].position"),
     ("fork without completion", _delete(["iterations", 0, "forks", 0, "completion"]), "iterations[0].forks[0]: missing 'completion'"),
     ("bad message", _set(["iterations", 0, "messages", 0], {"role": "user"}), "iterations[0].messages[0]: missing 'content'"),
+    ("record without line", _set(["iterations", 0, "record"], {"file": "log.jsonl"}),
+     "iterations[0].record: missing 'line'"),
+    ("record id not str", _set(["iterations", 0, "record"], {"file": "f", "line": 2, "id": 7}),
+     "iterations[0].record.id"),
+    ("record line zero", _set(["iterations", 0, "record"], {"file": "f", "line": 0}), "iterations[0].record.line"),
 ]
 
 

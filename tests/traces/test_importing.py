@@ -858,3 +858,81 @@ def test_sigterm_raises_in_process_and_a_second_signal_waits_for_the_undo(tmp_pa
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# -- each record's id, and a readable name ----------------------------------------------------------
+
+
+def _unknown(scale: str) -> str:
+    """Another unknown problem: UNKNOWN scaling by `scale` instead of three."""
+    return UNKNOWN.replace("x * 3.0", f"x * {scale}").replace("by three", f"by {scale}")
+
+
+def test_each_iteration_keeps_its_record_and_the_cli_names_them(tmp_path: Path, capsys: Any) -> None:
+    records = [_record("First.", "a", turn=0, custom_id="req-7"), _record("Second.", "b", turn=1)]
+    source = write_jsonl(tmp_path / "log.jsonl", records)
+    second_id = records[1]["response"]["id"]           # no custom_id: the response's own id
+    [path] = import_traces([source], tmp_path / "out", tokens_per_s=40.0)
+    trace = Trace.load(path)
+    assert [(it.record.id, it.record.file, it.record.line) for it in trace.iterations] == [
+        ("req-7", str(source), 1), (second_id, str(source), 2)]
+    assert json.loads(path.read_text())["iterations"][0]["record"] == {
+        "id": "req-7", "file": str(source), "line": 1}
+    # A plain-text turn has no id: its file and line say where it came from.
+    (tmp_path / "p.md").write_text("Make softmax fast.")
+    text = tmp_path / "answer.txt"
+    text.write_text("<think>Plain.</think>" + ANSWER)
+    [plain] = import_traces([text], tmp_path / "plain", tokens_per_s=40.0, prompt=tmp_path / "p.md",
+                            problem="softmax")
+    record = Trace.load(plain).iterations[0].record
+    assert (record.id, record.file, record.line) == (None, str(text), 1)
+    assert "id" not in json.loads(plain.read_text())["iterations"][0]["record"]
+    assert cli_main(["trace", "import", str(source), "--out", str(tmp_path / "cli"),
+                     "--tokens-per-s", "40"]) == 0
+    assert f"; record(s) req-7, {second_id}" in capsys.readouterr().out
+
+
+def test_an_unknown_problem_is_named_by_the_records_own_name(tmp_path: Path) -> None:
+    def record(source: str, reasoning: str = "R.", **fields: Any) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": raw_prompt(source)}],
+                "response": completion(reasoning, "A"), **fields}
+
+    records = [record(UNKNOWN, name="level1/19_Triple.py"),
+               record(_unknown("2.0"), metadata={"name": "19_Triple"}),    # from metadata, no level
+               record(_unknown("4.0"), task_name="softmax"),              # a bundled problem's name
+               record(_unknown("5.0"), problem_file="Quintuple.py"),
+               record(_unknown("6.0"), name=7),                           # not a name: the hash
+               record(UNKNOWN, "R6.", name="other_name")]                 # a program keeps its first name
+    out = tmp_path / "out"
+    paths = import_traces([write_jsonl(tmp_path / "r.jsonl", records)], out, tokens_per_s=40.0)
+    names = [Trace.load(p).metadata.problem for p in paths]
+    # The sixth record's program was named by the first: two samples of one problem.
+    assert names[:2] == ["level1_19_Triple", "level1_19_Triple"]
+    assert [p.name for p in paths[:2]] == ["level1_19_Triple.0.trace.json", "level1_19_Triple.1.trace.json"]
+    assert names[2] == "19_Triple"
+    assert names[3].startswith("softmax_") and len(names[3]) == len("softmax_") + 10
+    assert names[4] == "Quintuple"
+    assert names[5].startswith("imported_")
+    assert (out / "level1_19_Triple.py").read_text() == UNKNOWN
+    assert (out / f"{names[3]}.py").read_text() == _unknown("4.0")
+    # A second program asking for a name the first one has gets the name with its own hash, the
+    # same on every import of the same input.
+    clash = [record(UNKNOWN, name="triple"), record(_unknown("2.0"), name="triple")]
+    first = import_traces([write_jsonl(tmp_path / "c.jsonl", clash)], tmp_path / "c1", tokens_per_s=40.0)
+    second = import_traces([write_jsonl(tmp_path / "c.jsonl", clash)], tmp_path / "c2", tokens_per_s=40.0)
+    assert [p.name for p in first] == [p.name for p in second]
+    clashed = [Trace.load(p).metadata.problem for p in first]
+    assert clashed[0] == "triple" and clashed[1].startswith("triple_") and clashed[1] != "triple_"
+
+
+def test_a_records_name_never_takes_a_name_another_record_gives_explicitly(tmp_path: Path) -> None:
+    hinted = {"messages": [{"role": "user", "content": fenced_prompt(_unknown("2.0"))}],
+              "response": completion("R1.", "A"), "name": "triple"}
+    explicit = {"problem": "triple", "messages": [{"role": "user", "content": fenced_prompt(UNKNOWN)}],
+                "response": completion("R2.", "A")}
+    out = tmp_path / "out"
+    paths = import_traces([write_jsonl(tmp_path / "r.jsonl", [hinted, explicit])], out, tokens_per_s=40.0)
+    names = {Trace.load(p).iterations[0].reasoning.text: Trace.load(p).metadata.problem for p in paths}
+    assert names["R2."] == "triple" and names["R1."].startswith("triple_")
+    assert (out / "triple.py").read_text() == UNKNOWN
+    assert (out / f"{names['R1.']}.py").read_text() == _unknown("2.0")

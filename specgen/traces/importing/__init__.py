@@ -44,8 +44,16 @@ the request's `metadata`), else `--problem`; otherwise it is recovered from the 
 `class Model` source the user messages embed (a fenced code block or raw text) is matched,
 whitespace-normalized, against the bundled problems and `--problems` directories. A complete
 embedded source (class Model, get_inputs, get_init_inputs) that matches none is written next to the
-trace as `imported_<hash>.py`, and the trace names that problem, so it is still usable. A problem
-found in a `--problems` directory is copied next to the trace as well.
+trace, and the trace names that problem, so it is still usable: as `<name>.py` when the record
+names its problem without referring to a known one (a `name` / `problem_file` / `task_name` field,
+top level or in `metadata`; `level1/19_ReLU.py` gives `level1_19_ReLU`), else `imported_<hash>.py`;
+a name another program already has, or a record names explicitly, gets the hash too
+(`<name>_<hash>`; `problems.py` has the rules). A problem found in a `--problems` directory is
+copied next to the trace as well.
+
+Records: each iteration of a trace keeps the input record it came from (`record`: the file, the
+line, and the record's own id, `custom_id` or `id`, when it has one), and the CLI lists them beside
+each trace it wrote.
 
 Conversations: independent samples of a problem are traces of their own; a bench replays a trace's
 turns as iterations with feedback between them, which independent samples never had. Turns are

@@ -15,6 +15,10 @@ PROBLEM_KEYS = ("problem", "problem_name")
 TURN_KEYS = ("turn", "iteration", "turn_index")
 SAMPLE_KEYS = ("sample", "sample_id", "sample_index", "conversation_id")
 ID_KEYS = ("custom_id", "id")
+# A problem's own name, where a record carries one beside the source its prompt embeds (a
+# dataset row's `name`, a KernelBench file name): what an unknown problem is named after instead
+# of its source's hash (problems.py). Not a problem reference: a value of another type is ignored.
+NAME_KEYS = ("name", "problem_file", "task_name")
 FIELD_KEYS = frozenset((*PROBLEM_KEYS, *TURN_KEYS, *SAMPLE_KEYS, "metadata"))   # a chunk line may carry them
 
 
@@ -101,6 +105,8 @@ def read_turn_fields(turn: Turn, containers: list[tuple[str, dict[str, Any] | No
         turn.sample, turn.sample_field = str(value).strip(), where
     if turn.record_id is None:
         turn.record_id = _record_id(containers)
+    if turn.name is None:
+        turn.name = _name_hint(containers)
     for prefix, container in containers:
         if container is not None and isinstance(container.get("model"), str) and container["model"]:
             turn.model = turn.model or container["model"]
@@ -116,6 +122,15 @@ def _record_id(containers: list[tuple[str, dict[str, Any] | None]]) -> str | Non
             value = container.get(key) if container is not None else None
             if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
                 return str(value)
+    return None
+
+
+def _name_hint(containers: list[tuple[str, dict[str, Any] | None]]) -> str | None:
+    for key in NAME_KEYS:
+        for _, container in containers:
+            value = container.get(key) if container is not None else None
+            if isinstance(value, str) and value.strip():
+                return value.strip()
     return None
 
 

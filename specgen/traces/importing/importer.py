@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from specgen.traces.format import Iteration, Trace, TraceMetadata
+from specgen.traces.format import Iteration, SourceRecord, Trace, TraceMetadata
 from specgen.traces.importing.conversations import Record, deduplicated, group_conversations
 from specgen.traces.importing.problems import ProblemIndex, resolve_problem
 from specgen.traces.importing.records import read_turns
@@ -129,9 +129,14 @@ def _import(paths: list[Path], out_dir: Path, *, tokens_per_s: float | None, tok
     records: list[Record] = []
     sources: dict[str, str | None] = {}
     order = 0
-    for path in paths:
+    read = [(path, read_turns(path, settings)) for path in paths]
+    # Names the records give explicitly are theirs: an unknown problem named after a record's
+    # `name` field never takes one of them, whichever comes first in the input.
+    index.reserve([turn.problem for _, turns in read for turn in turns if turn.problem is not None]
+                  + ([problem] if problem is not None else []))
+    for path, turns in read:
         units: dict[tuple[int, str], Record] = {}
-        for turn in read_turns(path, settings):
+        for turn in turns:
             if turn.messages is None:
                 turn.messages = prompt_messages
             turn.order = order
@@ -179,8 +184,10 @@ def _trace(name: str, turns: list[Turn], tokens_shared: "HFTokens | None", *, to
     for turn in turns:
         reasoning = segment(turn.reasoning, tokens, 0, turn.reasoning_times, tokens_per_s, ttft_s)
         final = segment(turn.final, tokens, reasoning.num_tokens, turn.final_times, tokens_per_s, ttft_s)
+        # Each turn keeps its record (file, line, id), so a trace can be traced back to its input.
         iterations.append(Iteration(reasoning=reasoning, final=final, forks=[],
-                                    messages=[dict(m) for m in turn.messages] if turn.messages else None))
+                                    messages=[dict(m) for m in turn.messages] if turn.messages else None,
+                                    record=SourceRecord(turn.place.file, turn.place.line, turn.record_id)))
     models = list(dict.fromkeys(turn.model for turn in turns if turn.model))
     files = list(dict.fromkeys(turn.place.file for turn in turns))
     metadata = TraceMetadata(

@@ -1,6 +1,14 @@
 """Naming a turn's problem: an explicit field or `--problem`, else the `class Model` source its
 prompt embeds, matched against the bundled problems and the `--problems` directories; a complete
-source that matches none becomes a problem of its own (`imported_<hash>`), written beside the trace.
+source that matches none becomes a problem of its own, written beside the trace, named after the
+record's own name for it where it has one (fields.NAME_KEYS: `name`, `problem_file`,
+`task_name`; a KernelBench path like `level1/19_ReLU.py` gives `level1_19_ReLU`), else
+`imported_<hash>`.
+
+Names of unknown problems are given in input order, one per program: the first program to ask
+for a name gets it; another program asking for the same name, or for one the bundled problems,
+`--problems` or any record's explicit `problem` field already use, gets the name with its source's
+hash (`<name>_<hash>`); a program seen again keeps the name it got first. So an import of the same files names the same problems the same.
 """
 from __future__ import annotations
 
@@ -78,6 +86,32 @@ class ProblemIndex:
                     self.by_source.setdefault(key, name)
                     self.variants.append((key, name))
         self._cache: dict[str, tuple[str | None, str | None]] = {}
+        self._unknown_names: dict[str, str] = {}      # normalized source -> the name it was given
+        self._unknown_sources: dict[str, str] = {}    # and back
+        self._reserved: set[str] = set()
+
+    def reserve(self, names: Sequence[str]) -> None:
+        """Names the records give their problems explicitly (`problem` fields, `--problem`): not
+        given to an unknown problem by its record's name."""
+        self._reserved.update(names)
+
+    def name_unknown(self, source: str, hint: str | None) -> str:
+        """The name of a complete source that matches no known problem (see the module doc)."""
+        key = normalized(source)
+        named = self._unknown_names.get(key)
+        if named is not None:
+            return named
+        digest = _source_hash(source)
+        readable = readable_name(hint) if hint else None
+        if readable is None:
+            name = f"imported_{digest}"
+        elif readable in self.by_name or readable in self._unknown_sources or readable in self._reserved:
+            name = f"{readable}_{digest}"
+        else:
+            name = readable
+        self._unknown_names[key] = name
+        self._unknown_sources[name] = key
+        return name
 
     def match(self, source: str) -> str | None:
         for variant in (source, _without_docstring(source)):
@@ -155,8 +189,27 @@ def _raw_program(lines: list[str], class_line: int, max_tries: int = 400) -> str
     return None
 
 
-def _problem_hash_name(source: str) -> str:
-    return "imported_" + hashlib.sha256(normalized(source).encode("utf-8")).hexdigest()[:10]
+def _source_hash(source: str) -> str:
+    return hashlib.sha256(normalized(source).encode("utf-8")).hexdigest()[:10]
+
+
+_LEVEL = re.compile(r"^level\d+$", re.IGNORECASE)
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def readable_name(text: str) -> str | None:
+    """A problem name (a file name too) from a record's name for its problem: the last part of a
+    path without `.py`, with a KernelBench level folder kept in front (`level1/19_ReLU.py` ->
+    `level1_19_ReLU`: problem numbers repeat across levels), characters other than letters,
+    digits, `_`, `.` and `-` made `_`; None when nothing is left."""
+    parts = [part for part in text.strip().replace("\\", "/").split("/") if part]
+    if not parts:
+        return None
+    last = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
+    if len(parts) > 1 and _LEVEL.match(parts[-2]):
+        last = f"{parts[-2]}_{last}"
+    name = _NOT_NAME.sub("_", last).strip("._-")[:80]
+    return name or None
 
 
 @dataclass
@@ -198,4 +251,4 @@ def resolve_problem(turn: Turn, index: ProblemIndex, default_problem: str | None
         raise place.error(
             "unknown problem: no bundled problem (or --problems file) matches the prompt, and it embeds "
             "no complete class Model source (class Model, get_inputs, get_init_inputs)", "messages")
-    return _Resolved(_problem_hash_name(source), source)
+    return _Resolved(index.name_unknown(source, turn.name), source)

@@ -11,7 +11,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -29,6 +29,7 @@ class ImportedTrace:
     timing: str
     problem_source: Path | None    # the problem program written beside it, if any
     sample: str | None = None      # which of the problem's traces, when it has several
+    records: list[str] = field(default_factory=list)   # its turns' record ids, else file:line
 
 
 class ImportInterrupted(BaseException):
@@ -155,9 +156,11 @@ def write_all(out_dir: Path, traces: list[tuple[str, str | None, Trace, str | No
                 staged_source = staging / f"{number}.py"
                 staged_source.write_text(source if source.endswith("\n") else source + "\n", encoding="utf-8")
                 plan.append((staged_source, source_target))
+            records = [it.record.id or f"{it.record.file}:{it.record.line}"
+                       for it in trace.iterations if it.record is not None]
             results.append(ImportedTrace(path=target, problem=name, turns=len(trace.iterations),
                                          timing=trace.metadata.timing, problem_source=source_target,
-                                         sample=sample))
+                                         sample=sample, records=list(dict.fromkeys(records))))
         for staged, target in plan:
             if target.exists() and not force:
                 if target.suffix == ".py" and target.read_bytes() == staged.read_bytes():

@@ -95,7 +95,9 @@ class Turn:
     unit: int = 0                          # turns of one unit (a record, a plain-text file) share it
     sample: str | None = None              # an explicit sample (conversation) key
     sample_field: str = "sample"
-    record_id: str | None = None           # the record's own id (custom_id, id), for duplicates
+    record_id: str | None = None           # the record's own id (custom_id, id): duplicates, and kept
+                                           # in the trace (Iteration.record)
+    name: str | None = None                # the problem's own name in the record (fields.NAME_KEYS)
 
     def answer(self, think_end: str) -> str:
         """The answer without the think-end tag (as a chat history holds it)."""
