@@ -62,10 +62,11 @@ class Probes:
         result: ParamsSet = exchange.ask(exchange.candidate, SetParams(seed=seed, reference=params),
                                          ParamsSet).message
         if result.error:
-            if result.error.startswith("parameter-mismatch"):
-                self.findings.flag(result.error)
-            else:
-                self.findings.notes.append(f"randomized-parameter trial skipped: {result.error}")
+            # The candidate's runner answers this request, so its error is its word: whatever it
+            # says, random parameter values were not shown to reach its outputs, and a skipped
+            # trial would let a model right only at its initial values pass.
+            self.findings.flag(f"parameter-mismatch: its runner did not load the reference's "
+                               f"parameter values ({result.error[:300]})")
             return
         exchange.ask(exchange.reference, SetParams(seed=seed), ParamsSet)
         try:
