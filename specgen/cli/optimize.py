@@ -50,8 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "reasoning while it thinks, validate and profile them in parallel, stop when "
                     "one is good enough. With no problem and no engine: a bundled problem replayed "
                     "from its bundled hand-written trace.")
-    parser.add_argument("problem", nargs="?",
-                        help="KernelBench-format problem file (default: a bundled example)")
+    parser.add_argument("problem", nargs="*",
+                        help="KernelBench-format problem file (default: a bundled example); several "
+                             "files, a folder or a glob run a suite (cli/suite.py)")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--llm", choices=tuple(ENGINES), default=None,
                         help="replay a trace, vLLM in this process, or an OpenAI-compatible server "
@@ -137,16 +138,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "follow it, instead of starting a local cluster")
     remote.add_argument("--keys", type=Path, default=None, metavar="DIR",
                         help="CURVE client keys for --scheduler off loopback (see `specgen keys`)")
+    suite = parser.add_argument_group("suite (several problems, a folder or a glob; docs/optimize.md, \"Suites\")")
+    suite.add_argument("--modes", default=None, metavar="A,B",
+                       help=f"modes to run side by side, comma-separated ({', '.join(MODES)}; "
+                            "default: --mode)")
+    suite.add_argument("--repeats", type=int, default=None, metavar="R",
+                       help="runs of every (problem, mode) (default 1)")
+    suite.add_argument("--concurrency", type=int, default=None, metavar="N",
+                       help="jobs at once on the cluster (default 1)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output directory (default: specgen-runs/PROBLEM-MODE-TIME); it must "
                              "be empty or new, unless --force")
     parser.add_argument("--force", action="store_true",
                         help="write into a non-empty --out, replacing an earlier run's files")
-    parser.add_argument("--resume", default=None, metavar="DIR",
+    parser.add_argument("--resume", nargs="?", const="", default=None, metavar="DIR",
                         help="continue the killed run in DIR with its own settings (other options "
                              "but --quiet are not read): completed iterations stand, the one in "
                              "progress runs again from its start, and no candidate is evaluated "
-                             "twice")
+                             "twice. A suite's folder: its unfinished jobs run (with problems "
+                             "given, their settings must be the saved ones); no DIR: --out's")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(func=run_optimize)
 
@@ -208,6 +218,16 @@ def run_optimize(args: argparse.Namespace) -> int:
     from specgen.runtime.settings import RuntimeSettings
     from specgen.runtime.transport import RuntimeFailure, SchedulerUnreachable
 
+    from specgen.cli.suite import run_suite, wants_suite
+
+    if args.resume == "":
+        if not args.out:
+            raise UsageError("--resume without a folder resumes --out's: give --out DIR or --resume DIR")
+        args.resume = args.out
+    if wants_suite(args):
+        return run_suite(args)
+    # One problem: the single run, as before the suites.
+    args.problem = args.problem[0] if args.problem else None
     resumed_spec = None
     if args.resume:
         found = _resumed_args(args)
