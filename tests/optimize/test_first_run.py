@@ -45,7 +45,10 @@ REPO = Path(__file__).resolve().parents[2]
 def _optimize_args(*argv: str) -> argparse.Namespace:
     from specgen.cli import build_parser
 
-    return build_parser().parse_args(["optimize", *argv])
+    args = build_parser().parse_args(["optimize", *argv])
+    # As run_optimize hands a single run its problem (several make a suite).
+    args.problem = args.problem[0] if args.problem else None
+    return args
 
 
 def test_a_cpu_only_host_replays_the_generated_trace_of_the_cpu_problem() -> None:
