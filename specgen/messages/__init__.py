@@ -11,25 +11,28 @@ actors), KV pools (`kv`). Callers import every name from here.
 """
 from specgen.messages.frames import PROTOCOL_VERSION, _Wire
 from specgen.messages.evaluation import (
-    STAGES, VERDICT_CODES, CandidateSubmission, CandidateUpdate, Stage, Verdict, VerdictCode,
+    STAGES, VERDICT_CODES, CandidateOrigin, CandidateSubmission, CandidateUpdate, SandboxKind, Stage,
+    Verdict, VerdictCode,
 )
 from specgen.messages.runners import (
     TIMING_METHOD, ArenaMade, ArenaMapped, Arg, Awake, Build, BuildRecord, BuildResult, BuiltLibrary, Call,
     Called, EvalOptions, ForkRunner, Hand, Handed, LoadCandidate, LoadProblem, Look, Looked, MakeArena,
-    MapArena, OutputMeta, ParamInfo, ParamsSet, ProblemLoaded, Proceed, Read, ReadDone, RefTiming,
-    RunnerExited, RunnerReady, RunnerReply, RunnerRequest, RunnerStarted, SetParams, Slot, Wake,
+    MapArena, OutputKind, OutputMeta, ParamInfo, ParamsSet, ProblemLoaded, Proceed, Read, ReadDone,
+    RefTiming, RunnerExited, RunnerReady, RunnerReply, RunnerRequest, RunnerRole, RunnerStarted,
+    SandboxMode, SetParams, Slot, Wake,
 )
 from specgen.messages.optimize import (
-    CandidateRecord, ForkRecord, IterationRecord, JobMetrics, JobProgress, OptimizeEvent,
-    OptimizeResult, OptimizeSpec, ReasoningRecord, TriggerSettings,
+    CandidateRecord, CandidateStatus, ForkOutcome, ForkRecord, IterationRecord, JobMetrics, JobProgress,
+    OptimizeEvent, OptimizeMode, OptimizeResult, OptimizeSpec, OptimizeStatus, ReasoningRecord,
+    TriggerSettings,
 )
-from specgen.messages.jobs import JobEvent, JobResult, JobSpec, JobStatus
-from specgen.messages.stats import PoolStat, SchedulerStats, WorkerStat
+from specgen.messages.jobs import JobEvent, JobOutcome, JobResult, JobRunState, JobSpec, JobStatus
+from specgen.messages.stats import Pool, PoolMode, PoolStat, SchedulerStats, WorkerStat
 from specgen.messages.kv import KvPoolResize, KvPoolStats, KvPoolView
 from specgen.messages.actors import (
     MESSAGE_TYPES, Ack, AssignWork, CancelJob, CancelWork, CandidateUpdateNotice, CreateJob, DeadNotice,
     ErrorReply, EvaluateQueued, EvaluateReply, EvaluateRequest, GetJob, GetStats, Goodbye, Heartbeat,
     HeartbeatAck, Hello, JobCreated, JobEventNotice, JobStatusReply, Ping, Pong, ReportJobEvent,
-    ReportJobResult, ResyncUpdates, StatsReply, SubmitAck, SubmitCandidate, SubscribeJob, Welcome,
-    WorkDone, WorkerExited, WorkerReady,
+    PeerRole, ReportJobResult, ResyncUpdates, StatsReply, SubmitAck, SubmitCandidate, SubscribeJob,
+    Welcome, WorkDone, WorkerExited, WorkerReady,
 )

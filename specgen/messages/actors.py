@@ -6,7 +6,7 @@ fire-and-forget messages do not.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from specgen.messages.evaluation import CandidateSubmission, CandidateUpdate, Stage
 from specgen.messages.frames import PROTOCOL_VERSION, _Wire
@@ -14,12 +14,15 @@ from specgen.messages.jobs import JobEvent, JobResult, JobSpec, JobStatus
 from specgen.messages.kv import KvPoolResize, KvPoolStats
 from specgen.messages.stats import SchedulerStats
 
+# What a peer of the scheduler is (`Hello.role`); runtime/worker_registry.py's ROLES is read from it.
+PeerRole = Literal["client", "worker", "node", "reasoner"]
+
 
 class Hello(_Wire):
     """First message of every peer to the scheduler (also sent again after a scheduler restart)."""
 
     KIND: ClassVar[int] = 1
-    role: str                               # "client" | "worker" | "node" | "reasoner"
+    role: PeerRole
     name: str                               # unique per role, e.g. "node-a/cpu0" or a job id
     protocol_version: int = PROTOCOL_VERSION
     node: str = ""                          # worker: the node that runs it

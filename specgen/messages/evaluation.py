@@ -21,6 +21,14 @@ VerdictCode = Literal["", "cancelled", "timeout", "reference", "problem", "candi
                       "refused", "no_runner", "candidate"]
 VERDICT_CODES: tuple[str, ...] = get_args(VerdictCode)[1:]   # "" is a judged verdict, right or wrong
 
+# How a candidate's runs were isolated (`Verdict.sandbox`): in namespaces of their own, or not at all
+# (EvalOptions.sandbox "optional" or "off" on a host where none can be made).
+SandboxKind = Literal["namespaces", "none"]
+
+# Where a candidate program came from: a fork off the reasoning at a trigger point, the reasoning's
+# final answer, or a code block finished inside the reasoning.
+CandidateOrigin = Literal["fork", "final", "inline"]
+
 
 class Verdict(msgspec.Struct, kw_only=True, gc=False):
     """What evaluating one candidate against one problem found.
@@ -51,7 +59,7 @@ class Verdict(msgspec.Struct, kw_only=True, gc=False):
     floor_ms: float | None = None           # physical floor of the problem on this device, when known
     overhead_ms: float | None = None        # what was taken off a timed call's whole time (median)
     notes: list[str] = []                   # checks skipped and why (e.g. no second shape possible)
-    sandbox: str = "none"                   # how the run was isolated: "namespaces" | "none"
+    sandbox: SandboxKind = "none"           # how the run was isolated
 
 
 class CandidateSubmission(msgspec.Struct, kw_only=True, gc=False):
@@ -62,7 +70,7 @@ class CandidateSubmission(msgspec.Struct, kw_only=True, gc=False):
     problem_name: str                       # for logs and caches
     problem_source: str                     # KernelBench-format reference program
     candidate_source: str                   # the ModelNew program
-    origin: str = "final"                   # "fork" | "final" | "inline" (code block in reasoning)
+    origin: CandidateOrigin = "final"       # where it came from (the priority rule final_first reads it)
     iteration: int = 0                      # optimize-loop iteration that produced it
     extracted_at: float = 0.0               # wall clock (time.time()) when it was extracted
     deadline: float | None = None           # wall clock after which the job no longer wants it

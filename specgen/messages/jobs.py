@@ -2,11 +2,18 @@
 status; the optimize loop's job (messages/optimize.py) travels inside them as builtins."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from specgen.messages.evaluation import Verdict
+
+# How a job ended, as the scheduler records it (`JobResult.status`; also the keys of
+# SchedulerStats.jobs_by_state besides "running"). "timed_out": its wall time ran out.
+JobOutcome = Literal["succeeded", "failed", "cancelled", "timed_out"]
+
+# Where a job is (`JobStatus.state`): its result is set once it is "finished".
+JobRunState = Literal["running", "finished"]
 
 
 class JobSpec(msgspec.Struct, kw_only=True):
@@ -38,7 +45,7 @@ class JobResult(msgspec.Struct, kw_only=True):
     """How a job ended."""
 
     job_id: str
-    status: str                             # "succeeded" | "failed" | "cancelled" | "timed_out"
+    status: JobOutcome
     best_candidate_id: str | None = None    # best correct candidate, if any
     best_verdict: Verdict | None = None     # its verdict
     summary: dict[str, Any] = {}            # entry-specific totals (iterations, tokens, ...)
@@ -50,7 +57,7 @@ class JobStatus(msgspec.Struct, kw_only=True):
     """A job as the scheduler sees it now."""
 
     spec: JobSpec
-    state: str                              # "running" | "finished"
+    state: JobRunState
     attempts: int = 0                       # reasoner starts (more than 1 after a scheduler restart)
     candidates: int = 0                     # candidates accepted for the job
     updates: int = 0                        # stage verdicts recorded for the job

@@ -7,10 +7,28 @@ hold an OptimizeSpec's fields, its events' and result's `data` and `summary` hol
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
-from specgen.messages.evaluation import CandidateUpdate, Verdict
+from specgen.messages.evaluation import CandidateOrigin, CandidateUpdate, Verdict
 from specgen.messages.kv import KvPoolStats
+
+# The four ways a job can run (specgen/optimize/modes.py, whose MODES is read from this).
+OptimizeMode = Literal["specgen", "sequential", "best-of-n", "pipeline"]
+
+# How a job ended (specgen/optimize/job_end.py: the first stop wins). The scheduler's JobResult
+# reads it as a JobOutcome (specgen/optimize/job.py).
+OptimizeStatus = Literal["target_reached", "iterations_done", "time_budget", "token_budget",
+                         "cancelled", "failed"]
+
+# Where a candidate stands: "pending" until its final verdict; "duplicate" when an equivalent
+# program came first (not evaluated); "lost" when it could not be submitted or its verdict never
+# came; "cancelled" when the job stopped waiting for it.
+CandidateStatus = Literal["pending", "failed", "incorrect", "correct", "cancelled", "duplicate", "lost"]
+
+# What a fork gave: "running" until it ends; "no_code" when it ended without a program.
+ForkOutcome = Literal["running", "candidate", "duplicate", "no_code", "aborted", "error"]
 
 
 class TriggerSettings(msgspec.Struct, kw_only=True):
@@ -33,7 +51,7 @@ class OptimizeSpec(msgspec.Struct, kw_only=True):
     job_id: str
     problem_name: str
     problem_source: str                     # KernelBench-format reference program
-    mode: str = "specgen"                   # "specgen" | "sequential" | "best-of-n" | "pipeline"
+    mode: OptimizeMode = "specgen"
     time_budget_s: float | None = None      # wall time for the whole job; None = no limit
     token_budget: int | None = None         # reasoning + fork tokens for the whole job; None = no limit
     max_iterations: int = 4
@@ -86,7 +104,7 @@ class OptimizeEvent(msgspec.Struct, kw_only=True):
     iteration: int = 0
     request_id: str = ""                    # reasoning or fork request it concerns
     candidate_id: str = ""
-    origin: str = ""                        # candidate origin: "fork" | "final" | "inline"
+    origin: Literal["", CandidateOrigin] = ""   # the candidate's, for candidate events ("" otherwise)
     position: int | None = None             # reasoning tokens at that moment
     reason: str = ""                        # trigger, veto, termination or finish reason
     update: CandidateUpdate | None = None   # for kind "update"
@@ -106,7 +124,7 @@ class ForkRecord(msgspec.Struct, kw_only=True):
     prompt_tokens: int | None = None        # as the engine saw the prompt
     cached_tokens: int | None = None        # prompt tokens served from the prefix cache
     finish_reason: str | None = None        # "stop" | "length" | "abort" | "error"
-    outcome: str = "running"                # "candidate" | "duplicate" | "no_code" | "aborted" | "error"
+    outcome: ForkOutcome = "running"
     candidate_id: str = ""
 
 
@@ -115,15 +133,14 @@ class CandidateRecord(msgspec.Struct, kw_only=True):
 
     candidate_id: str
     iteration: int
-    origin: str                             # "fork" | "final" | "inline"
+    origin: CandidateOrigin
     request_id: str                         # the generation it came from
     position: int                           # reasoning tokens when it was found
     fingerprint: str                        # hash of the normalized source (dedup key)
     source: str
     extracted_at: float
     duplicate_of: str | None = None         # set when an equivalent program came first: not evaluated
-    status: str = "pending"                 # pending | failed | incorrect | correct | cancelled |
-                                            # duplicate | lost
+    status: CandidateStatus = "pending"
     validation: CandidateUpdate | None = None
     profile: CandidateUpdate | None = None  # also set for a single "full" update
     feedback_at: float | None = None        # when its final verdict arrived
@@ -193,9 +210,8 @@ class OptimizeResult(msgspec.Struct, kw_only=True):
 
     job_id: str
     problem_name: str
-    mode: str
-    status: str                             # "target_reached" | "iterations_done" | "time_budget" |
-                                            # "token_budget" | "cancelled" | "failed"
+    mode: OptimizeMode
+    status: OptimizeStatus
     stop_reason: str = ""
     engine: str = ""
     started_at: float = 0.0

@@ -8,10 +8,23 @@ checks: see docs/evaluation.md. `EvalOptions`, which every runner is started wit
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 # Bumped whenever the way a call is timed changes (part of the reference-timing cache key).
 TIMING_METHOD = "j6"
+
+# What a worker does where no sandbox can be made (`EvalOptions.sandbox`): "required" refuses
+# candidates there; "optional" runs them unsandboxed (labelled sandbox "none"); "off" never
+# sandboxes (trusted code only).
+SandboxMode = Literal["required", "optional", "off"]
+
+# What a runner forked from the template serves; the template itself says "template" when ready.
+RunnerRole = Literal["reference", "candidate", "build"]
+
+# One leaf of a call's output, as a runner describes it (`OutputMeta.kind`).
+OutputKind = Literal["tensor", "number", "other"]
 
 
 class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -50,9 +63,8 @@ class EvalOptions(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     gpu_memory_fraction: float = 0.9        # share of the GPU's memory a runner may allocate
 
     # --- isolation (eval/sandbox.py, eval/containment.py)
-    sandbox: str = "required"               # "required": refuse candidates where no sandbox can be
-    #                                         made; "optional": run them unsandboxed there (labelled
-    #                                         sandbox "none"); "off": never sandbox (trusted code only)
+    sandbox: SandboxMode = "required"       # where no sandbox can be made: refuse, run unsandboxed
+    #                                         (labelled sandbox "none"), or never sandbox (SandboxMode)
     scratch_mb: int = 1024                  # size of a run's private /tmp
     build_scratch_mb: int = 4096            # size of a build's private /tmp (its only writable place)
     max_processes: int = 512                # processes and threads a run's tree may have
@@ -95,7 +107,7 @@ class ParamInfo(msgspec.Struct, kw_only=True, array_like=True):
 class OutputMeta(msgspec.Struct, kw_only=True, array_like=True, omit_defaults=True):
     """One leaf of a call's output (tensors and numbers, nested tuples/lists flattened)."""
 
-    kind: str                               # "tensor" | "number" | "other"
+    kind: OutputKind
     shape: list[int] = []                   # tensor: its shape
     dtype: str = ""                         # tensor: e.g. "float32"
     nbytes: int = 0                         # tensor: bytes of its data when contiguous
@@ -226,7 +238,7 @@ class Build(msgspec.Struct, kw_only=True, tag="build"):
 class ForkRunner(msgspec.Struct, kw_only=True, tag="fork"):
     """To the template: fork a runner; sent with two fds: its channel's end and its log file."""
 
-    role: str                               # "reference" | "candidate" | "build"
+    role: RunnerRole
     scratch_mb: int                         # size of its private /tmp
     max_processes: int                      # RLIMIT_NPROC of its tree
     address_space_mb: int = 0               # RLIMIT_AS per process (where no cgroup limits the tree)
@@ -246,7 +258,7 @@ RunnerRequest = (LoadProblem | LoadCandidate | MakeArena | MapArena | Hand | Wak
 class RunnerReady(msgspec.Struct, kw_only=True, tag="ready"):
     """First reply of every runner: imports done, device context live."""
 
-    role: str                               # "reference" | "candidate" | "build" | "template"
+    role: RunnerRole | Literal["template"]
     pid: int                                # os.getpid() as the runner sees it
     device: str                             # device as the runner sees it ("cpu" or "cuda:0")
     device_name: str                        # e.g. "NVIDIA H200" or the CPU model

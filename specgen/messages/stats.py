@@ -2,11 +2,17 @@
 workers, its counts."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from specgen.messages.kv import KvPoolView
+
+# The two pools a worker can be in: validation or profiling (runtime/priority.py's POOLS).
+Pool = Literal["validate", "profile"]
+
+# How the scheduler splits its workers between the pools: moved with the load, or a fixed split.
+PoolMode = Literal["elastic", "static"]
 
 
 class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -15,11 +21,11 @@ class WorkerStat(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str                               # e.g. "node-a/cpu0"
     node: str = ""                          # the specgen-node that runs it
     device: str = "cpu"                     # "cpu" | "cuda:N"
-    pool: str = "validate"                  # "validate" | "profile"
+    pool: Pool = "validate"
     busy_stage: str = ""                    # stage of the request it runs, "" when idle
     busy_for_s: float = 0.0                 # how long the current request has run
     completed: int = 0                      # requests it finished
-    pending_pool: str = ""                  # pool it moves to when its current request ends
+    pending_pool: Literal["", Pool] = ""    # pool it moves to when its current request ends
     busy_candidate: str = ""                # "job_id/candidate_id" of the request it runs; left empty
                                             # for another client's request unless the asker is the admin
     pid: int = 0                            # its process id on its node's host
@@ -48,7 +54,7 @@ class SchedulerStats(msgspec.Struct, kw_only=True):
 
     scheduler_id: str
     uptime_s: float
-    pool_mode: str                          # "elastic" | "static"
+    pool_mode: PoolMode
     priority_rule: list[str]                # criteria, most significant first
     validate: PoolStat
     profile: PoolStat

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from specgen.backend import EvaluationBackend
 from specgen.clock import Clock
-from specgen.messages import CandidateRecord, CandidateSubmission, OptimizeSpec
+from specgen.messages import CandidateOrigin, CandidateRecord, CandidateSubmission, OptimizeSpec
 from specgen.optimize.dedup import Deduplicator, fingerprint
 from specgen.optimize.outputs import LoopJournal, ResumedRun
 from specgen.runtime.ids import new_id
@@ -98,7 +98,7 @@ class CandidateBook:
         for record in self._resubmit:
             self._start_submit(record)
 
-    def add(self, iteration: int, source: str, origin: str, request_id: str, position: int,
+    def add(self, iteration: int, source: str, origin: CandidateOrigin, request_id: str, position: int,
             found_in: list[str]) -> CandidateRecord:
         # The ordinal reads in order; the random rest makes the id unguessable (runtime/ids.py).
         candidate_id = new_id(f"c{self._count:03d}")

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from specgen.backend import BackendLoad
 from specgen.clock import SYSTEM_CLOCK, Clock
 from specgen.engines.base import Engine, EngineError, GenerationParams, TokenDelta
-from specgen.messages import CandidateRecord, ForkRecord
+from specgen.messages import CandidateOrigin, CandidateRecord, ForkRecord
 from specgen.optimize.fork_prompt import FORK_STOP, ForkPromptBuilder
 from specgen.optimize.triggers import TriggerContext, TriggerPolicy
 from specgen.traces.extraction import extract_fork_candidate
 
 # (source, origin, request_id, position) -> the job's record of it, or None when the job takes no
 # more candidates; a record with `duplicate_of` set repeats an earlier program.
-CandidateFn = Callable[[str, str, str, int], "CandidateRecord | None"]
+CandidateFn = Callable[[str, CandidateOrigin, str, int], "CandidateRecord | None"]
 EmitFn = Callable[..., None]
 
 

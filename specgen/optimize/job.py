@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from specgen.errors import UsageError
-from specgen.messages import JobEvent, JobResult, JobSpec, OptimizeEvent, OptimizeResult, OptimizeSpec
+from specgen.messages import (
+    JobEvent, JobOutcome, JobResult, JobSpec, OptimizeEvent, OptimizeResult, OptimizeSpec, OptimizeStatus,
+)
 
 from specgen.optimize.engine_kinds import EngineSpec
 
@@ -45,7 +47,7 @@ SCHEDULER_EVENTS = ("created", "reasoner_started", "resumed", "verdict", "finish
 NOTICE_EVENT = "notice"
 
 # How an optimize job's end reads to the scheduler.
-_RUNTIME_STATUS = {
+_RUNTIME_STATUS: dict[OptimizeStatus, JobOutcome] = {
     "target_reached": "succeeded",
     "iterations_done": "succeeded",
     "token_budget": "succeeded",

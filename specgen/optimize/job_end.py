@@ -13,18 +13,18 @@ import asyncio
 from collections.abc import Callable
 
 from specgen.clock import Clock
-from specgen.messages import OptimizeSpec
+from specgen.messages import OptimizeSpec, OptimizeStatus
 
 
 class JobEnd:
     """The job's stop; `on_stop(status, reason)` is told once, when it comes."""
 
     def __init__(self, spec: OptimizeSpec, clock: Clock,
-                 on_stop: Callable[[str, str], None]) -> None:
+                 on_stop: Callable[[OptimizeStatus, str], None]) -> None:
         self.spec = spec
         self.clock = clock
         self._on_stop = on_stop
-        self.status: str | None = None
+        self.status: OptimizeStatus | None = None
         self.reason = ""
         self.error: str | None = None
         self.event = asyncio.Event()
@@ -32,7 +32,7 @@ class JobEnd:
     def is_set(self) -> bool:
         return self.event.is_set()
 
-    def stop(self, status: str, reason: str) -> None:
+    def stop(self, status: OptimizeStatus, reason: str) -> None:
         if self.status is not None:
             return
         self.status, self.reason = status, reason

@@ -31,7 +31,10 @@ from typing import TypeVar
 from specgen.backend import BackendLoad, EvaluationBackend
 from specgen.clock import SYSTEM_CLOCK, Clock
 from specgen.engines.base import Engine, EngineError
-from specgen.messages import CandidateRecord, JobProgress, OptimizeEvent, OptimizeResult, OptimizeSpec
+from specgen.messages import (
+    CandidateOrigin, CandidateRecord, JobProgress, OptimizeEvent, OptimizeResult, OptimizeSpec,
+    OptimizeStatus,
+)
 from specgen.optimize.candidates import CandidateBook, answer_ids
 from specgen.optimize.fork_prompt import ForkPromptBuilder
 from specgen.optimize.forker import Forker, ForkTally
@@ -304,7 +307,7 @@ class OptimizeJob:
             return None
         return self._new_candidate(state, source, "final", request_id, len(outcome.ids))
 
-    def _new_candidate(self, state: IterationState, source: str, origin: str,
+    def _new_candidate(self, state: IterationState, source: str, origin: CandidateOrigin,
                        request_id: str, position: int) -> CandidateRecord | None:
         if self.end.is_set():
             return None
@@ -354,7 +357,7 @@ class OptimizeJob:
 
     # ------------------------------------------------------------------------------ stop
 
-    def _stopped(self, status: str, reason: str) -> None:
+    def _stopped(self, status: OptimizeStatus, reason: str) -> None:
         """The job's end has come (`JobEnd` tells it once): its iterations stop with it."""
         self.iterations.stop_running(reason)
         self._emit("termination", reason=f"{status}: {reason}")

@@ -13,11 +13,14 @@ Elastic pools are a runtime setting (the scheduler's), recorded here so a job st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from specgen.errors import UsageError
-from specgen.messages import OptimizeSpec
+from specgen.messages import OptimizeMode, OptimizeSpec
 
-MODES = ("specgen", "sequential", "best-of-n", "pipeline")
+# Read from OptimizeSpec.mode's type, so the CLI's choices and what a job's message may carry are
+# one list: a mode added there is offered here, and no other is decoded.
+MODES: tuple[OptimizeMode, ...] = get_args(OptimizeMode)
 
 
 @dataclass(frozen=True)

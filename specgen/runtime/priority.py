@@ -31,9 +31,9 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, get_args
 
-from specgen.messages import CandidateSubmission
+from specgen.messages import CandidateSubmission, Pool
 
 PRIORITY_CRITERIA: dict[str, str] = {
     "own_pool": "requests of the worker's own pool before the other pool's (matters when lending)",
@@ -45,10 +45,10 @@ PRIORITY_CRITERIA: dict[str, str] = {
     "final_first": "final answers before speculative forks",
 }
 
-POOLS = ("validate", "profile")
+POOLS: tuple[Pool, ...] = get_args(Pool)
 
 
-def pool_of_stage(stage: str) -> str:
+def pool_of_stage(stage: str) -> Pool:
     """Validation runs in the validation pool; anything that times kernels in the profiling pool."""
     return "validate" if stage == "validate" else "profile"
 

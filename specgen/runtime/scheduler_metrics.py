@@ -12,16 +12,16 @@ Each scheduler gets its own registry (several run in one test process), served o
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from typing import Iterable, get_args
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from specgen.messages import SchedulerStats
+from specgen.messages import Pool, SchedulerStats
 
-POOLS = ("validate", "profile")
+POOLS: tuple[Pool, ...] = get_args(Pool)
 # Seconds from a candidate's extraction to its profiling verdict: compiles and profiles run from
 # about a second (CPU, cached builds) to minutes (nvcc builds queued behind others).
 FEEDBACK_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, float("inf"))

@@ -6,11 +6,12 @@ and can be overridden on any command line with `--set NAME=VALUE`.
 from __future__ import annotations
 
 import os
+from typing import get_args
 
 import msgspec
 
 from specgen.errors import UsageError
-from specgen.messages import EvalOptions
+from specgen.messages import EvalOptions, PoolMode
 from specgen.runtime.engine_sources import EngineSources, check_names
 
 SETTINGS_ENV = "SPECGEN_RUNTIME_SETTINGS"
@@ -40,7 +41,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     socket_hwm: int = 100_000               # ZeroMQ high-water mark of every socket
     max_request_attempts: int = 3           # a request that lost this many workers fails
     # pools
-    pool_mode: str = "elastic"              # "elastic" | "static"
+    pool_mode: PoolMode = "elastic"         # elastic: workers move between pools with the load
     static_validate_workers: int | None = None  # static split: validators (None: half, rounded up)
     lend_idle_workers: bool = True          # elastic: an idle worker takes the other pool's work
     min_pool_workers: int = 1               # elastic: never shrink a pool below this (if >= 2 workers)
@@ -102,7 +103,8 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                                  "base_urls and traces, each {name: value})") from None
 
     def check(self) -> "RuntimeSettings":
-        if self.pool_mode not in ("elastic", "static"):
+        # Decoded settings are checked by their type; settings built in code are checked here.
+        if self.pool_mode not in get_args(PoolMode):
             raise UsageError(f"pool_mode must be 'elastic' or 'static', not {self.pool_mode!r}")
         from specgen.runtime.priority import PRIORITY_CRITERIA
 

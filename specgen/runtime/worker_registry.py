@@ -14,10 +14,11 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, get_args
 
 from specgen.messages import (
-    PROTOCOL_VERSION, DeadNotice, ErrorReply, Goodbye, Heartbeat, HeartbeatAck, Hello, Welcome,
+    PROTOCOL_VERSION, DeadNotice, ErrorReply, Goodbye, Heartbeat, HeartbeatAck, Hello, PeerRole, Pool,
+    Welcome,
     WorkerExited, _Wire,
 )
 from specgen.runtime.auth import ADMIN_ROLE, AUTHENTICATED_ROLES, check_credential, reasoner_start_of
@@ -27,7 +28,9 @@ from specgen.runtime.settings import RuntimeSettings
 
 log = logging.getLogger("specgen.runtime.scheduler_core")   # one logger for the whole core
 
-ROLES = ("client", "worker", "node", "reasoner")
+# Hello.role's values: a Hello off the wire with another is refused when decoded; the check against
+# ROLES is for messages handed to the core undecoded (the in-process cluster, the simulator).
+ROLES: tuple[PeerRole, ...] = get_args(PeerRole)
 _MAX_HELD_RESULTS = 256          # kept results a worker may list in its Hello
 _RECENT_RESULTS = 16             # request ids a worker answered lately (a repeat is a duplicate)
 
@@ -35,7 +38,7 @@ _RECENT_RESULTS = 16             # request ids a worker answered lately (a repea
 @dataclass(slots=True)
 class Peer:
     id: bytes
-    role: str
+    role: PeerRole
     name: str
     last_seen: float
     health: dict = field(default_factory=dict)
@@ -50,11 +53,11 @@ class WorkerState:
     name: str
     node: str
     device: str
-    pool: str
+    pool: Pool
     busy: QueuedRequest | None = None
     busy_since: float = 0.0
     completed: int = 0
-    pending_pool: str | None = None
+    pending_pool: Pool | None = None
     pid: int = 0
     host: str = ""
     sandbox: str = ""                               # how its candidates run (Hello.sandbox)
@@ -62,7 +65,7 @@ class WorkerState:
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_RECENT_RESULTS))
 
     @property
-    def future_pool(self) -> str:
+    def future_pool(self) -> Pool:
         return self.pending_pool or self.pool
 
 
@@ -132,7 +135,7 @@ class WorkerRegistry:
         self.idle[w.pool][w.peer] = w
         self.workers_version += 1
 
-    def set_pool(self, w: WorkerState, pool: str) -> None:
+    def set_pool(self, w: WorkerState, pool: Pool) -> None:
         w.pending_pool = None
         if pool == w.pool:
             return
