@@ -111,7 +111,7 @@ class Builds:
         try:
             runner = self._fork("build")
         except RunnerError as exc:
-            return BuildResult(module_error=f"build runner failed: {exc}")
+            return BuildResult(module_error=f"build runner failed: {exc}", unfinished=True)
         if track is not None:
             track(runner)
         try:
@@ -130,8 +130,9 @@ class Builds:
                 track(runner, add=False)
         if received is None or not isinstance(received.message, BuildResult):
             return BuildResult(module_error=f"build {why or 'runner answered something else'}",
-                               seconds=time.monotonic() - began)
+                               seconds=time.monotonic() - began, unfinished=True)
         result = received.message
+        result.unfinished = False       # the runner's own answer: it finished, whatever it says
         # The build runner ran the candidate's module: only the worker writes the cache.
         publish_builds(self.cache_dir, candidate.sha256, result)
         result.libraries = []

@@ -28,7 +28,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, get_args
 
 import msgspec
 
@@ -43,11 +43,11 @@ from specgen.eval.redact import redact_verdict
 from specgen.eval.runner_process import Runner, RunnerError, SparePool, Template
 from specgen.eval.sandbox import SandboxStatus
 from specgen.messages import (STAGES, BuildResult, CandidateSubmission, EvalOptions, LoadProblem,
-                              ProblemLoaded, RefTiming, RunnerReady, Verdict)
+                              ProblemLoaded, RefTiming, RunnerReady, SandboxMode, Verdict)
 
 log = logging.getLogger(__name__)
 
-SANDBOX_MODES = ("required", "optional", "off")
+SANDBOX_MODES = get_args(SandboxMode)
 _ERROR_CHARS = 600              # of an unexpected exception's text in a verdict
 
 
@@ -439,7 +439,7 @@ class EvalWorker:
         if self._cancelled():
             return Verdict(error="cancelled", code="cancelled", cpu_timing=cpu_timing,
                            stage_seconds=seconds)
-        if build.module_error and build.module_error.startswith("build "):
+        if build.unfinished:
             return Verdict(error=f"extension {build.module_error}", code="build",
                            cpu_timing=cpu_timing, stage_seconds=seconds)
         assert self._pool is not None and self._ref_cache is not None

@@ -375,6 +375,9 @@ class BuildResult(msgspec.Struct, kw_only=True, tag="built"):
     records: list[BuildRecord] = []         # one per load_inline call, in call order
     module_error: str | None = None         # the module raised after (or without) its builds
     seconds: float = 0.0                    # wall time of the whole build
+    # set by the worker, never taken from a runner: the build runner failed or timed out, so the
+    # build did not finish (module_error then says why)
+    unfinished: bool = False
     libraries: list[BuiltLibrary] = []      # what compiled, for the worker to publish
 
 
