@@ -152,8 +152,9 @@ def bench_main(args: argparse.Namespace) -> int:
                        label="main", cache_dir=args.out.resolve() / "eval-cache",
                        prebuild=args.builds_ahead, fork_max_tokens=args.fork_max_tokens,
                        fork_engine=_engine_settings(args))
-    if args.eval_timeout is not None:
-        base.eval_options = {**base.eval_options, "timeout_s": args.eval_timeout}
+    from specgen.cli.optimize_job import eval_options_of
+
+    base.eval_options = {**base.eval_options, **eval_options_of(args)}
     base.check()
     if args.clock == "virtual":
         wall_only = [flag for flag, given in ((f"--fork-model {args.fork_model}", needs_engine),

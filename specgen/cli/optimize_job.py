@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from specgen.errors import UsageError
 from specgen.optimize.engine_kinds import ENGINES
@@ -206,20 +206,27 @@ def optimize_spec(plan: Plan, args: argparse.Namespace, engine: Engine | None) -
     )
 
 
+# Every command-line flag that sets an evaluation option, in one place: (flag, the Namespace's
+# attribute, EvalOptions' field, the check its value must pass, said as words). `optimize`, a
+# suite and `bench` read them through eval_options_of; check_remote_flags names them.
+EVAL_FLAGS: tuple[tuple[str, str, str, Callable[[float], bool], str], ...] = (
+    ("--trials", "trials", "trials", lambda v: v >= 1, "at least 1"),
+    ("--timing-trials", "timing_trials", "timing_trials", lambda v: v >= 2, "at least 2"),
+    ("--eval-timeout", "eval_timeout", "timeout_s", lambda v: v > 0, "more than 0 seconds"),
+)
+
+
 def eval_options_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The evaluation options the command line sets (EvalOptions' field names), checked."""
+    """The evaluation options the command line sets (EvalOptions' field names), checked. A
+    command without one of the flags (or a run saved before it existed) sets nothing for it."""
     eval_options: dict[str, Any] = {}
-    for flag, least in (("trials", 1), ("timing_trials", 2)):
-        value = getattr(args, flag)
-        if value is not None:
-            if value < least:
-                raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
-            eval_options[flag] = value
-    eval_timeout = getattr(args, "eval_timeout", None)    # absent from runs saved before it existed
-    if eval_timeout is not None:
-        if not eval_timeout > 0:
-            raise UsageError(f"--eval-timeout must be more than 0 seconds, got {eval_timeout}")
-        eval_options["timeout_s"] = eval_timeout
+    for flag, attribute, field, valid, wanted in EVAL_FLAGS:
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        if not valid(value):
+            raise UsageError(f"{flag} must be {wanted}, got {value}")
+        eval_options[field] = value
     return eval_options
 
 
@@ -228,8 +235,7 @@ def check_remote_flags(args: argparse.Namespace, eval_options: dict[str, Any]) -
     evaluations run."""
     names = [pair.partition("=")[0] for pair in args.runtime_settings]
     cluster_settings = [name for name in names if name not in CONNECTION_SETTINGS]
-    evaluation_flags = [f for f, key in (("--trials", "trials"), ("--timing-trials", "timing_trials"),
-                                         ("--eval-timeout", "timeout_s")) if key in eval_options]
+    evaluation_flags = [flag for flag, _, field, _, _ in EVAL_FLAGS if field in eval_options]
     for flag, given in (("--devices", args.devices), ("--evaluation inprocess", args.evaluation == "inprocess"),
                         (f"--set {', '.join(cluster_settings)}", cluster_settings),
                         (" and ".join(evaluation_flags), evaluation_flags)):

@@ -84,6 +84,9 @@ def test_bench_bad_input_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert main(["bench", "--generate", "1", "--fork-model", "model", "--out", str(tmp_path)]) == 2
     assert main(["bench", "--generate", "1", "--timing", "warp=9", "--out", str(tmp_path)]) == 2
     assert "unknown setting 'warp'" in capsys.readouterr().err
+    # The evaluation flags are checked as optimize checks them (one table, cli/optimize_job.py).
+    assert main(["bench", "--generate", "1", "--eval-timeout", "-1", "--out", str(tmp_path)]) == 2
+    assert "--eval-timeout must be more than 0 seconds, got -1" in capsys.readouterr().err
 
 
 def sample_trace(path: Path, problem: str, reasoning: str, answer: str) -> Path:
