@@ -530,3 +530,33 @@ def test_optimize_runs_end_to_end_against_the_served_trace(server: Served, tiny_
     assert any(c.origin == "fork" and c.validation is not None for c in result.candidates), \
         [(c.origin, c.status) for c in result.candidates]
     assert "fork fused_elementwise" in server.log_tail()
+
+
+def test_a_suite_runs_every_mode_on_the_served_reasoning(server: Served, tiny_model_path: str,
+                                                         tmp_path: Path, capsys) -> None:
+    """The run a user makes with their own model, on recorded reasoning: two problems, two modes
+    side by side on a local cluster, every live turn recorded as a trace the bench replays."""
+    from specgen.optimize.bench_problems import problems_from_traces
+
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    for name in (HAND_WRITTEN, GENERATED):
+        (folder / f"{name}.py").write_text(bundled_problem(name).read_text())
+    out = tmp_path / "suite"
+    code = main(["optimize", str(folder), "--llm", "openai", "--base-url", server.base_url,
+                 "--model", MODEL, "--tokenizer", tiny_model_path, "--modes", "specgen,sequential",
+                 "--concurrency", "2", "--devices", "cpu", "--max-iterations", "1", "--trials", "2",
+                 "--timing-trials", "3", "--quiet", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err + server.log_tail()
+    assert "| fast_0 | fast_1 | fast_1.5 | fast_2 |" in captured.out
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"]
+    for name in (HAND_WRITTEN, GENERATED):
+        for mode in ("specgen", "sequential"):
+            cell = results["per_problem"][name][mode]
+            assert cell["end_to_end_s"] > 0 and cell["tokens"] > 1000, (name, mode, cell)
+    # The sequential jobs read their reasoning to its end: recorded whole, they replay in a bench.
+    traces = sorted((out / "traces" / "sequential").glob("*.trace.json"))
+    assert [t.name for t in traces] == sorted(f"{n}.trace.json" for n in (HAND_WRITTEN, GENERATED))
+    assert all(e.trace.iterations[0].reasoning.num_tokens > 1000 for e in problems_from_traces(traces))
