@@ -31,8 +31,8 @@ from typing import Any
 from specgen.bench.ceiling import ceiling, pooled
 from specgen.bench.config import (BenchConfig, describe, forget_builds, hardware_label, prebuild,
                                   programs_in)
-from specgen.bench.report import (BASELINES, ceiling_lines, count_not_judged, devices_text, geomean_ci,
-                                  margin_text, not_judged_lines, not_judged_reason)
+from specgen.bench.judged import count_not_judged, not_judged_lines, not_judged_reason
+from specgen.bench.report import BASELINES, ceiling_lines, devices_text, geomean_ci, margin_text
 from specgen.errors import UsageError
 from specgen.messages import CandidateSubmission, TriggerSettings, Verdict
 from specgen.optimize.bench_problems import BenchProblem

@@ -7,6 +7,8 @@
 - making traces: `recorder.py` (from a live engine), `importing/` (from public reasoning logs,
   `specgen trace import`, its command in `specgen/cli/trace.py`), `synthetic.py` (the calibrated generator
   of `specgen bench --generate` and `tools/make_traces.py --generated`);
+- serving them: `serve/` (recorded reasoning behind an OpenAI-compatible server, `specgen trace
+  serve`);
 - what traces are read against: `bundled.py` (the problems and traces that ship with specgen) and
   `extraction.py` (candidate programs found in generated text, as the loop finds them).
 
