@@ -120,10 +120,27 @@ def _fmt(x: Any, spec: str = ".2f", none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
 
+def ran_on(plan: Any, rows: list[dict[str, Any]]) -> str:
+    """How the suite ran, as it was: the engine and its pace, the evaluation devices the verdicts
+    came from (not the ones asked for), the cluster and how many jobs at once."""
+    options = plan.options
+    llm = options.get("llm") or "replay"
+    if llm == "replay":
+        engine = f"replayed bundled traces at {options.get('speed', 1.0):g}x their pace"
+    else:
+        engine = f"{llm} engine, model {options.get('model') or '-'}" + (
+            f" at {options['base_url']}" if options.get("base_url") else "")
+    devices = sorted({r["device"] for r in rows if r.get("device")})
+    where = options.get("scheduler") or ("this process (in-process evaluation)"
+                                         if options.get("evaluation") == "inprocess" else "a local cluster")
+    return (f"Ran: {engine}; verdicts from {', '.join(devices) or 'no device (no correct kernel)'}; "
+            f"jobs on {where}, {options.get('concurrency') or 1} at once.")
+
+
 def render(plan: Any, table: dict[str, dict[str, Any]], modes: dict[str, dict[str, Any]],
-           ratios: list[dict[str, Any]], cpu: bool) -> str:
+           ratios: list[dict[str, Any]], cpu: bool, rows: list[dict[str, Any]] = ()) -> str:
     lines = [f"# Suite: {len(plan.problems)} problem(s), modes {', '.join(plan.modes)}, "
-             f"{plan.repeats} repeat(s)", ""]
+             f"{plan.repeats} repeat(s)", "", ran_on(plan, list(rows)), ""]
     if cpu:
         lines += ["Speedups are CPU timings (no GPU evaluated them).", ""]
     lines += ["## Per problem and mode", "",
@@ -210,7 +227,7 @@ def write_report(out: Path, plan: Any, rows: list[dict[str, Any]]) -> str:
     modes = per_mode(plan, table)
     ratios = mode_ratios(plan, rows)
     cpu = any(r.get("cpu_timing") and r.get("correct") for r in rows)
-    text = render(plan, table, modes, ratios, cpu)
+    text = render(plan, table, modes, ratios, cpu, rows)
     try:
         plots = [str(p.relative_to(out)) for p in plot(plan, table, out)]
     except Exception as exc:   # the figures are in the tables; a plot that fails loses none

@@ -110,7 +110,10 @@ def test_a_suite_of_two_problems_in_two_modes(tmp_path, capsys, monkeypatch) -> 
     [ratio] = results["mode_ratios"]
     assert ratio["modes"] == ["specgen", "sequential"] and ratio["pairs"] == 2
     assert ratio["low"] <= ratio["geomean"] <= ratio["high"]
-    assert (out / "report.md").read_text().startswith("# Suite: 2 problem(s)")
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Suite: 2 problem(s)")
+    # How it ran, as it was: the engine and its pace, the jobs' cluster.
+    assert "Ran: replayed bundled traces at 12x their pace" in report and "2 at once" in report
     assert all((out / p).is_file() for p in results["plots"])
     # Each job's turns, recorded, replay as a bench's entries (the problem beside the trace).
     traces = sorted((out / "traces" / "sequential").glob("*.trace.json"))
